@@ -1,0 +1,150 @@
+"""Multi-head (and grouped-query) attention with selectable backends, head gates and head removal.
+
+Backends: "math" materialises softmax(QK^T / sqrt(d)) V (the standard attention of Vaswani et al. 2017 and the
+baseline of Dao et al. 2022); "sdpa" calls torch's scaled_dot_product_attention; "triton" calls the suite's
+FlashAttention-style kernel (repro.kernels.flash_attention).
+
+Per-head gates multiply each head's output before the output projection (Michel et al. 2019, Sec. 2: xi_h);
+``head_gate`` is a buffer of ones that ablation code sets, and whose gradient is the head-importance signal
+when it requires grad. ``gate_module`` (e.g. Hard-Concrete gates, Voita et al. 2019) overrides it when set.
+``prune_heads`` removes heads physically by shrinking the projections.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .config import BlockConfig
+
+
+def attention_core(q, k, v, *, backend: str, causal: bool = False, key_padding_mask=None,
+                   dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v.  q (B, H, Tq, D); k, v (B, Hkv, Tk, D); key_padding_mask (B, Tk), True = pad."""
+    B, H, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    if causal and Tq != Tk:
+        raise ValueError(f"causal attention needs equal query and key lengths, got {Tq} and {Tk}")
+    if backend == "triton":
+        from repro.kernels import flash_attention
+        return flash_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+    if backend == "sdpa":
+        mask = None
+        if key_padding_mask is not None:
+            mask = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk), True = attend
+            if causal:
+                mask = mask & torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              is_causal=causal and mask is None, scale=scale,
+                                              enable_gqa=Hkv != H)
+    if backend != "math":
+        raise ValueError(f"block.attention: unknown backend {backend!r}")
+    if Hkv != H:  # expand kv heads to their query-head groups
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk): the materialised matrix
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+    if causal:
+        scores = scores.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p, training=True)
+    return torch.matmul(probs, v)
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention. ``forward(x, kv=None, ...)``: x (B, T, d); kv (B, S, d) for cross-attention."""
+
+    slot = "attention"
+
+    def __init__(self, cfg: BlockConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.dim_head
+        d, dh = cfg.d_model, self.head_dim
+        self.q_proj = nn.Linear(d, self.n_heads * dh, bias=cfg.bias)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * dh, bias=cfg.bias)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * dh, bias=cfg.bias)
+        self.out_proj = nn.Linear(self.n_heads * dh, d, bias=cfg.bias)
+        self.register_buffer("head_gate", torch.ones(self.n_heads), persistent=False)
+        self.gate_module: nn.Module | None = None
+        self.backend = cfg.attention
+        self.recompute_core = cfg.checkpoint == "selective"
+
+    def gates(self) -> torch.Tensor:
+        return self.gate_module() if self.gate_module is not None else self.head_gate
+
+    def forward(self, x, kv=None, *, causal: bool = False, key_padding_mask=None, cache: dict | None = None):
+        B, T, _ = x.shape
+        if self.n_heads == 0:  # every head pruned: only the output bias is left
+            out = x.new_zeros(B, T, self.out_proj.out_features)
+            return out + self.out_proj.bias if self.out_proj.bias is not None else out
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, dh)
+        src = x if kv is None else kv
+        if cache is not None and kv is not None and "k" in cache:  # cross-attention: keys/values computed once
+            k, v = cache["k"], cache["v"]
+        else:
+            S = src.shape[1]
+            k = self.k_proj(src).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, dh)
+            v = self.v_proj(src).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+            if cache is not None:
+                if kv is None and "k" in cache:  # incremental self-attention: append this step
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        if cache is not None and kv is None:
+            causal = False  # one new query attends every cached key
+        dropout_p = self.cfg.attn_dropout if self.training else 0.0
+        core = lambda q_, k_, v_: attention_core(q_, k_, v_, backend=self.backend, causal=causal,
+                                                 key_padding_mask=key_padding_mask, dropout_p=dropout_p)
+        if self.recompute_core and torch.is_grad_enabled():
+            out = checkpoint(core, q, k, v, use_reentrant=False)
+        else:
+            out = core(q, k, v)
+        out = out * self.gates().to(out.dtype)[None, :, None, None]  # per-head gate xi_h
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+    @torch.no_grad()
+    def prune_heads(self, keep) -> None:
+        """Physically remove every head not in ``keep`` (query-head indices) by shrinking the projections.
+
+        With grouped-query attention a key/value head is removed only when all its query heads are removed,
+        and the kept groups must stay equal in size.
+        """
+        keep = sorted(set(int(h) for h in keep))
+        if keep and (keep[0] < 0 or keep[-1] >= self.n_heads):
+            raise ValueError(f"prune_heads: keep must be a subset of 0..{self.n_heads - 1}, got {keep}")
+        group = self.n_heads // self.n_kv_heads
+        kv_keep = sorted({h // group for h in keep})
+        if keep and self.n_kv_heads != self.n_heads and len(keep) != group * len(kv_keep):
+            raise ValueError("prune_heads: with grouped-query attention, keep whole query groups")
+        dh = self.head_dim
+
+        def rows(heads):
+            return torch.tensor([h * dh + i for h in heads for i in range(dh)], dtype=torch.long)
+
+        def shrink_out(lin: nn.Linear, idx) -> nn.Linear:
+            new = nn.Linear(lin.in_features, len(idx), bias=lin.bias is not None,
+                            device=lin.weight.device, dtype=lin.weight.dtype)
+            new.weight.copy_(lin.weight[idx])
+            if lin.bias is not None:
+                new.bias.copy_(lin.bias[idx])
+            return new
+
+        q_idx, kv_idx = rows(keep), rows(kv_keep)
+        self.q_proj = shrink_out(self.q_proj, q_idx)
+        self.k_proj = shrink_out(self.k_proj, kv_idx)
+        self.v_proj = shrink_out(self.v_proj, kv_idx)
+        out = nn.Linear(len(q_idx), self.out_proj.out_features, bias=self.out_proj.bias is not None,
+                        device=self.out_proj.weight.device, dtype=self.out_proj.weight.dtype)
+        out.weight.copy_(self.out_proj.weight[:, q_idx])
+        if self.out_proj.bias is not None:
+            out.bias.copy_(self.out_proj.bias)
+        self.out_proj = out
+        self.head_gate = self.head_gate[keep].clone()
+        self.n_heads, self.n_kv_heads = len(keep), len(kv_keep)

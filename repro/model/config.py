@@ -1,0 +1,185 @@
+"""Block and model configuration: the slots that papers change, validated in one place.
+
+Every enumerated choice is a tuple below; `BlockConfig` / `ModelConfig` reject unknown values,
+non-positive sizes and bad combinations with a `ConfigError` that names the offending key.
+Post-LN, Pre-LN and "no norm" are data (``norm_position``, ``norm``), not separate classes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "none")
+NORM_POSITIONS = ("pre", "post")
+NORM_IMPLS = ("torch", "manual", "triton")
+ATTENTION_BACKENDS = ("math", "sdpa", "triton")
+FFN_KINDS = ("relu", "gelu", "swiglu", "moe")
+BLOCK_CHECKPOINT = ("none", "selective")
+STACK_CHECKPOINT = ("none", "full", "every_k", "sqrt", "selective")
+POSITIONAL = ("sinusoidal", "learned", "none")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message starts with the dotted key."""
+
+
+def _check_choice(prefix: str, key: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ConfigError(f"{prefix}{key}: {value!r} is not one of {', '.join(map(str, choices))}")
+
+
+def _check_positive(prefix: str, key: str, value: Any, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise ConfigError(f"{prefix}{key}: must be a {'non-negative' if allow_zero else 'positive'} integer, got {value!r}")
+
+
+def _check_prob(prefix: str, key: str, value: Any) -> None:
+    if not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+        raise ConfigError(f"{prefix}{key}: must be a probability in [0, 1), got {value!r}")
+
+
+def _from_mapping(cls, data: Mapping[str, Any], prefix: str):
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (valid keys: {', '.join(sorted(known))})")
+    return cls(**data, _prefix=prefix) if "_prefix" in known else cls(**data)
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """One Transformer block: sizes, norm kind/position, attention backend, FFN kind, residual scaling."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    n_kv_heads: int | None = None  # None: multi-head; fewer than n_heads: grouped-query attention
+    head_dim: int | None = None  # None: d_model // n_heads
+    d_ff: int = 2048
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    norm_impl: str = "torch"
+    norm_eps: float = 1e-5
+    attention: str = "sdpa"
+    ffn: str = "relu"
+    n_experts: int = 8
+    moe_top_k: int = 2
+    dropout: float = 0.0  # residual-branch dropout
+    attn_dropout: float = 0.0
+    act_dropout: float = 0.0
+    bias: bool = True
+    norm_bias: bool = True  # LayerNorm beta (only for layernorm)
+    residual_scale: float = 1.0  # branch multiplier: x + s * F(x); e.g. 1/sqrt(L) (Noci et al. 2022)
+    checkpoint: str = "none"  # "selective": recompute the attention core (Korthikanti et al. 2023)
+    _prefix: str = field(default="block.", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        p = self._prefix
+        for key in ("d_model", "n_heads", "d_ff", "n_experts", "moe_top_k"):
+            _check_positive(p, key, getattr(self, key))
+        if self.n_kv_heads is not None:
+            _check_positive(p, "n_kv_heads", self.n_kv_heads)
+            if self.n_heads % self.n_kv_heads:
+                raise ConfigError(f"{p}n_kv_heads: {self.n_kv_heads} must divide n_heads={self.n_heads}")
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ConfigError(f"{p}n_heads: {self.n_heads} must divide d_model={self.d_model} (or set head_dim)")
+        else:
+            _check_positive(p, "head_dim", self.head_dim)
+        _check_choice(p, "norm", self.norm, NORM_KINDS)
+        _check_choice(p, "norm_position", self.norm_position, NORM_POSITIONS)
+        _check_choice(p, "norm_impl", self.norm_impl, NORM_IMPLS)
+        _check_choice(p, "attention", self.attention, ATTENTION_BACKENDS)
+        _check_choice(p, "ffn", self.ffn, FFN_KINDS)
+        _check_choice(p, "checkpoint", self.checkpoint, BLOCK_CHECKPOINT)
+        for key in ("dropout", "attn_dropout", "act_dropout"):
+            _check_prob(p, key, getattr(self, key))
+        if not isinstance(self.norm_eps, (int, float)) or not self.norm_eps > 0:
+            raise ConfigError(f"{p}norm_eps: must be > 0, got {self.norm_eps!r}")
+        if not isinstance(self.residual_scale, (int, float)) or not self.residual_scale > 0:
+            raise ConfigError(f"{p}residual_scale: must be > 0, got {self.residual_scale!r}")
+        if self.ffn == "moe" and self.moe_top_k > self.n_experts:
+            raise ConfigError(f"{p}moe_top_k: {self.moe_top_k} exceeds n_experts={self.n_experts}")
+        if self.attention == "triton" and self.attn_dropout > 0:
+            raise ConfigError(f"{p}attn_dropout: the triton attention backend has no dropout; set it to 0")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
+
+    def replace(self, **changes) -> "BlockConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], prefix: str = "block.") -> "BlockConfig":
+        return _from_mapping(cls, data, prefix)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model built from `BlockConfig` blocks: encoder, decoder, encoder-decoder or decoder-only LM."""
+
+    block: BlockConfig = field(default_factory=BlockConfig)
+    vocab_size: int = 32000
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    max_seq_len: int = 1024
+    positional: str = "sinusoidal"
+    n_token_types: int = 0  # BERT segment embeddings
+    embed_scale: bool = True  # multiply token embeddings by sqrt(d_model) (Vaswani et al. 2017, 3.4)
+    tie_output: bool = True  # output projection shares the decoder's token embedding
+    share_encoder_decoder_embeddings: bool = True
+    final_norm: bool | None = None  # None: on for pre-norm, off for post-norm
+    embed_norm: bool = False  # a norm right after the embeddings (BERT)
+    pad_id: int = 0
+    checkpoint: str = "none"  # stack policy: none | full | every_k | sqrt | selective
+    checkpoint_every: int = 2  # segment length for every_k
+    _prefix: str = field(default="model.", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        p = self._prefix
+        block = self.block
+        if isinstance(block, Mapping):
+            block = BlockConfig.from_dict(block, prefix=f"{p}block.")
+            object.__setattr__(self, "block", block)
+        if not isinstance(block, BlockConfig):
+            raise ConfigError(f"{p}block: expected a BlockConfig or mapping, got {type(block).__name__}")
+        for key in ("vocab_size", "max_seq_len", "checkpoint_every"):
+            _check_positive(p, key, getattr(self, key))
+        for key in ("n_encoder_layers", "n_decoder_layers", "n_token_types", "pad_id"):
+            _check_positive(p, key, getattr(self, key), allow_zero=True)
+        _check_choice(p, "positional", self.positional, POSITIONAL)
+        _check_choice(p, "checkpoint", self.checkpoint, STACK_CHECKPOINT)
+        if self.pad_id >= self.vocab_size:
+            raise ConfigError(f"{p}pad_id: {self.pad_id} is outside the vocabulary of size {self.vocab_size}")
+
+    @property
+    def use_final_norm(self) -> bool:
+        if self.final_norm is None:
+            return self.block.norm_position == "pre" and self.block.norm != "none"
+        return bool(self.final_norm)
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def replace_block(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, block=self.block.replace(**changes))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], prefix: str = "model.") -> "ModelConfig":
+        return _from_mapping(cls, data, prefix)
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+        out["block"] = self.block.to_dict()
+        return out

@@ -1,0 +1,177 @@
+"""Models built from the shared block: encoder, decoder, encoder-decoder (Vaswani et al. 2017) and decoder-only LM.
+
+All are constructible on the meta device (``with torch.device("meta"): EncoderDecoder(cfg)``), which is how
+param_accounting counts 7B-class models without memory.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .block import BlockStack
+from .config import ModelConfig
+from .norms import make_norm
+
+
+def sinusoidal_table(n: int, d: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (Vaswani et al. 2017, 3.5)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(pos * div)
+    table[:, 1::2] = torch.cos(pos * div[: d // 2])
+    return table
+
+
+class TokenEmbedding(nn.Embedding):
+    slot = "embeddings"
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally scaled by sqrt(d)) + positions (+ token types) (+ a norm, BERT) + dropout."""
+
+    slot = "embeddings"
+
+    def __init__(self, cfg: ModelConfig, token: TokenEmbedding | None = None):
+        super().__init__()
+        d = cfg.block.d_model
+        self.token = token if token is not None else TokenEmbedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        self.scale = math.sqrt(d) if cfg.embed_scale else 1.0
+        self.position = nn.Embedding(cfg.max_seq_len, d) if cfg.positional == "learned" else None
+        if cfg.positional == "sinusoidal":
+            self.register_buffer("sinusoid", sinusoidal_table(cfg.max_seq_len, d), persistent=False)
+        else:
+            self.sinusoid = None
+        self.token_type = nn.Embedding(cfg.n_token_types, d) if cfg.n_token_types else None
+        self.norm = make_norm(cfg.block.norm, d, cfg.block.norm_eps, cfg.block.norm_bias) if cfg.embed_norm else None
+        self.drop = nn.Dropout(cfg.block.dropout)
+        self.max_seq_len = cfg.max_seq_len
+
+    def forward(self, tokens: torch.Tensor, offset: int = 0, token_types=None) -> torch.Tensor:
+        T = tokens.shape[1]
+        if offset + T > self.max_seq_len:
+            raise ValueError(f"model.max_seq_len: sequence of {offset + T} tokens exceeds {self.max_seq_len}")
+        x = self.token(tokens) * self.scale
+        if self.position is not None:
+            x = x + self.position(torch.arange(offset, offset + T, device=tokens.device))
+        if self.sinusoid is not None:
+            x = x + self.sinusoid[offset:offset + T].to(x.dtype)
+        if self.token_type is not None:
+            x = x + self.token_type(torch.zeros_like(tokens) if token_types is None else token_types)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.drop(x)
+
+
+class Encoder(nn.Module):
+    """Bidirectional stack over (B, S) tokens; ``key_padding_mask`` (B, S) True = pad."""
+
+    def __init__(self, cfg: ModelConfig, token: TokenEmbedding | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embeddings(cfg, token)
+        self.layers = BlockStack(cfg.block, cfg.n_encoder_layers, False, cfg.checkpoint, cfg.checkpoint_every)
+        b = cfg.block
+        self.final_norm = make_norm(b.norm, b.d_model, b.norm_eps, b.norm_bias, b.norm_impl) if cfg.use_final_norm else None
+
+    def forward(self, tokens, key_padding_mask=None, return_hidden=False):
+        x = self.embed(tokens)
+        out = self.layers(x, key_padding_mask=key_padding_mask, return_hidden=return_hidden)
+        x, hidden = out if return_hidden else (out, None)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return (x, hidden) if return_hidden else x
+
+
+class Decoder(nn.Module):
+    """Causal stack with optional cross-attention, and the output projection to the vocabulary."""
+
+    def __init__(self, cfg: ModelConfig, cross_attention: bool, token: TokenEmbedding | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embeddings(cfg, token)
+        self.layers = BlockStack(cfg.block, cfg.n_decoder_layers, cross_attention, cfg.checkpoint, cfg.checkpoint_every)
+        b = cfg.block
+        self.final_norm = make_norm(b.norm, b.d_model, b.norm_eps, b.norm_bias, b.norm_impl) if cfg.use_final_norm else None
+        self.output = None if cfg.tie_output else OutputProjection(b.d_model, cfg.vocab_size)
+
+    def logits(self, x):
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if self.output is None:
+            return x @ self.embed.token.weight.t()
+        return self.output(x)
+
+    def forward(self, tokens, *, key_padding_mask=None, memory=None, memory_padding_mask=None,
+                cache: list | None = None, offset: int = 0, return_hidden=False):
+        x = self.embed(tokens, offset=offset)
+        out = self.layers(x, causal=True, key_padding_mask=key_padding_mask, memory=memory,
+                          memory_padding_mask=memory_padding_mask, cache=cache, return_hidden=return_hidden)
+        x, hidden = out if return_hidden else (out, None)
+        return (self.logits(x), hidden) if return_hidden else self.logits(x)
+
+    def new_cache(self) -> list:
+        return [{} for _ in self.layers.layers]
+
+
+class OutputProjection(nn.Linear):
+    slot = "embeddings"
+
+    def __init__(self, d: int, vocab: int):
+        super().__init__(d, vocab, bias=False)
+
+
+class EncoderDecoder(nn.Module):
+    """Translation model. ``forward(src, tgt_in, src_pad_mask, tgt_pad_mask) -> logits (B, T, V)``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        shared = self.encoder.embed.token if cfg.share_encoder_decoder_embeddings else None
+        self.decoder = Decoder(cfg, cross_attention=True, token=shared)
+
+    def encode(self, src, src_pad_mask=None):
+        return self.encoder(src, key_padding_mask=src_pad_mask)
+
+    def decode(self, tgt_in, memory, src_pad_mask=None, tgt_pad_mask=None, cache=None, offset=0):
+        return self.decoder(tgt_in, key_padding_mask=tgt_pad_mask, memory=memory, memory_padding_mask=src_pad_mask,
+                            cache=cache, offset=offset)
+
+    def forward(self, src, tgt_in, src_pad_mask=None, tgt_pad_mask=None):
+        return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask, tgt_pad_mask)
+
+    def attention_modules(self) -> dict[str, list]:
+        """Attention modules by kind: encoder self, decoder self, cross (encoder-decoder) attention."""
+        return {"encoder_self": [b.self_attn for b in self.encoder.layers.layers],
+                "decoder_self": [b.self_attn for b in self.decoder.layers.layers],
+                "cross": [b.cross_attn for b in self.decoder.layers.layers]}
+
+
+class DecoderLM(nn.Module):
+    """Decoder-only language model (GPT-2 / Llama shape). ``forward(tokens, pad_mask) -> logits``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.decoder = Decoder(cfg.replace(n_decoder_layers=cfg.n_decoder_layers), cross_attention=False)
+
+    def forward(self, tokens, pad_mask=None, return_hidden=False):
+        return self.decoder(tokens, key_padding_mask=pad_mask, return_hidden=return_hidden)
+
+    def attention_modules(self) -> dict[str, list]:
+        return {"decoder_self": [b.self_attn for b in self.decoder.layers.layers]}
+
+
+class EncoderModel(nn.Module):
+    """Encoder-only model (BERT shape) with an untied LM head left out: counts the backbone."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+
+    def forward(self, tokens, pad_mask=None, return_hidden=False):
+        return self.encoder(tokens, key_padding_mask=pad_mask, return_hidden=return_hidden)

@@ -1,0 +1,88 @@
+"""Normalisation layers of the block.
+
+- LayerNorm (Ba et al. 2016): (x - mean) / sqrt(var + eps) * g + b.
+- RMSNorm (Zhang & Sennrich, NeurIPS 2019, arXiv 1910.07467, eq. 4): x / sqrt(mean(x^2) + eps) * g.
+- ScaleNorm (Nguyen & Salazar 2019, arXiv 1910.05895, eq. 9): g * x / max(||x||_2, eps), one scalar g = sqrt(d).
+
+``impl`` selects the implementation: "torch" (F.layer_norm / F.rms_norm), "manual" (the formula in
+eager ops, as a reference and as the "hand-written" baseline of rmsnorm_speed) or "triton" (the suite's
+fused kernels in repro.kernels).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _triton():
+    try:
+        from repro import kernels
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError(f"block.norm_impl: 'triton' needs repro.kernels and triton ({exc})") from exc
+    return kernels
+
+
+class LayerNorm(nn.Module):
+    slot = "norms"
+
+    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True, impl: str = "torch"):
+        super().__init__()
+        self.eps, self.impl = eps, impl
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "triton":
+            return _triton().layer_norm(x, self.weight, self.bias, self.eps)
+        if self.impl == "manual":
+            xf = x.float()
+            mean = xf.mean(-1, keepdim=True)
+            var = (xf - mean).pow(2).mean(-1, keepdim=True)
+            y = ((xf - mean) * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+            return y + self.bias if self.bias is not None else y
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+
+class RMSNorm(nn.Module):
+    slot = "norms"
+
+    def __init__(self, d: int, eps: float = 1e-5, impl: str = "torch"):
+        super().__init__()
+        self.eps, self.impl = eps, impl
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "triton":
+            return _triton().rms_norm(x, self.weight, self.eps)
+        if self.impl == "manual":
+            xf = x.float()
+            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class ScaleNorm(nn.Module):
+    slot = "norms"
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.scale = nn.Parameter(torch.tensor(math.sqrt(d)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+
+
+def make_norm(kind: str, d: int, eps: float = 1e-5, bias: bool = True, impl: str = "torch") -> nn.Module:
+    """A norm module by kind; "none" gives nn.Identity (a block without normalisation)."""
+    if kind == "layernorm":
+        return LayerNorm(d, eps, bias, impl)
+    if kind == "rmsnorm":
+        return RMSNorm(d, eps, impl)
+    if kind == "scalenorm":
+        return ScaleNorm(d, eps)
+    if kind == "none":
+        return nn.Identity()
+    raise ValueError(f"block.norm: unknown norm kind {kind!r}")
