@@ -1,0 +1,1 @@
+"""Reproduction suite for published claims about the Transformer block."""

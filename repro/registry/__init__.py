@@ -1,0 +1,286 @@
+"""The published-numbers registry: every number the suite compares against, with its citation.
+
+The data live in ``published.yaml`` beside this module: one entry per claim C1..C11 of CLAIMS.md
+(param_accounting ... block_numerics), each with the papers it draws on and one record per
+published value (value, unit, source, table/figure, setup, hardware, exact, verification tag).
+Reports read the registry; experiments never do, and no measured number is stored here.
+
+Public API (pure Python + PyYAML; pandas is imported only by :func:`values_frame`):
+
+- :func:`load` -> the parsed, validated YAML (cached; a fresh deep copy per call)
+- :func:`claim_ids` -> claim ids in C1..C11 order
+- :func:`claim` -> one claim's dict
+- :func:`published` -> one value record plus its ``citation`` string
+- :func:`values_frame` -> a pandas DataFrame, one row per value, with a ``citation`` column
+- :func:`validate` -> check a registry dict; raises :class:`RegistryError` naming claim and key
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "REGISTRY_PATH",
+    "VERIFIED_TAGS",
+    "RegistryError",
+    "load",
+    "validate",
+    "claim_ids",
+    "claim",
+    "published",
+    "citation",
+    "values_frame",
+]
+
+REGISTRY_PATH = Path(__file__).with_name("published.yaml")
+
+#: F full text read; T page-referenced transcription; A abstract only; unverified; computed =
+#: derived by arithmetic from the stated configuration or formula (see each record's note).
+VERIFIED_TAGS = frozenset({"F", "T", "A", "unverified", "computed"})
+
+_SOURCE_FIELDS = ("authors", "title", "venue", "arxiv")
+_CLAIM_FIELDS = ("code", "title", "statement", "values")
+_VALUE_FIELDS = ("key", "value", "unit", "source", "where", "setup", "exact", "verified")
+_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_CODE_RE = re.compile(r"^C([1-9][0-9]*)$")
+_YEAR_RE = re.compile(r"(19|20)\d{2}")
+
+
+class RegistryError(ValueError):
+    """The registry file or dict is malformed; the message names the claim and key at fault."""
+
+
+# ------------------------------------------------------------------------------------------------
+# validation
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_value(where: str, value: Any) -> None:
+    """A value is a finite number, null, or a non-empty list of numbers/nulls."""
+    if value is None or _is_number(value):
+        return
+    if isinstance(value, list) and value:
+        bad = [v for v in value if not (v is None or _is_number(v))]
+        if not bad:
+            return
+        raise RegistryError(f"{where}: list value has non-numeric items {bad!r}")
+    raise RegistryError(
+        f"{where}: value must be a number, null or a list of numbers, got {value!r} "
+        f"({type(value).__name__}); note YAML reads 1e-8 as a string, write 1.0e-8"
+    )
+
+
+def _validate_sources(sources: Any) -> None:
+    if not isinstance(sources, dict) or not sources:
+        raise RegistryError("registry: 'sources' must be a non-empty mapping")
+    for skey, src in sources.items():
+        if not isinstance(src, dict):
+            raise RegistryError(f"source {skey!r}: must be a mapping")
+        for field in _SOURCE_FIELDS:
+            if field not in src:
+                raise RegistryError(f"source {skey!r}: missing field {field!r}")
+        for field in ("authors", "title", "venue"):
+            if not isinstance(src[field], str) or not src[field].strip():
+                raise RegistryError(f"source {skey!r}: {field!r} must be a non-empty string")
+        if src["arxiv"] is not None and not isinstance(src["arxiv"], str):
+            raise RegistryError(
+                f"source {skey!r}: 'arxiv' must be a quoted string or null, got {src['arxiv']!r}"
+            )
+        if not _YEAR_RE.search(src["venue"]):
+            raise RegistryError(f"source {skey!r}: 'venue' must contain the year, got {src['venue']!r}")
+
+
+def validate(data: Any) -> None:
+    """Check a registry dict (as parsed from YAML); raise :class:`RegistryError` on the first problem.
+
+    Rules: top level has ``sources`` and ``claims``; every source has authors/title/venue/arxiv;
+    every claim has code (``C<n>``, unique)/title/statement/values and its ``sources`` list names
+    known sources; every value record has the fields of ``_VALUE_FIELDS``, a snake_case key unique
+    within its claim, a numeric/list/null value, a known source and a known verification tag.
+    """
+    if not isinstance(data, dict):
+        raise RegistryError(f"registry: top level must be a mapping, got {type(data).__name__}")
+    for top in ("sources", "claims"):
+        if top not in data:
+            raise RegistryError(f"registry: missing top-level key {top!r}")
+    sources = data["sources"]
+    _validate_sources(sources)
+    claims = data["claims"]
+    if not isinstance(claims, dict) or not claims:
+        raise RegistryError("registry: 'claims' must be a non-empty mapping")
+
+    codes: dict[str, str] = {}
+    for cid, c in claims.items():
+        if not isinstance(cid, str) or not _KEY_RE.match(cid):
+            raise RegistryError(f"claim {cid!r}: id must be snake_case")
+        if not isinstance(c, dict):
+            raise RegistryError(f"claim {cid!r}: must be a mapping")
+        for field in _CLAIM_FIELDS:
+            if field not in c:
+                raise RegistryError(f"claim {cid!r}: missing field {field!r}")
+        for field in ("title", "statement"):
+            if not isinstance(c[field], str) or not c[field].strip():
+                raise RegistryError(f"claim {cid!r}: {field!r} must be a non-empty string")
+        code = c["code"]
+        if not isinstance(code, str) or not _CODE_RE.match(code):
+            raise RegistryError(f"claim {cid!r}: code must look like 'C1', got {code!r}")
+        if code in codes:
+            raise RegistryError(f"claim {cid!r}: code {code} already used by claim {codes[code]!r}")
+        codes[code] = cid
+        for s in c.get("sources", []) or []:
+            if s not in sources:
+                raise RegistryError(f"claim {cid!r}: 'sources' lists unknown source {s!r}")
+        values = c["values"]
+        if not isinstance(values, list) or not values:
+            raise RegistryError(f"claim {cid!r}: 'values' must be a non-empty list")
+        seen: set[str] = set()
+        for i, v in enumerate(values):
+            if not isinstance(v, dict):
+                raise RegistryError(f"claim {cid!r}, value #{i}: must be a mapping")
+            key = v.get("key")
+            where = f"claim {cid!r}, key {key!r}" if key is not None else f"claim {cid!r}, value #{i}"
+            for field in _VALUE_FIELDS:
+                if field not in v:
+                    raise RegistryError(f"{where}: missing field {field!r}")
+            if not isinstance(key, str) or not _KEY_RE.match(key):
+                raise RegistryError(f"{where}: key must be snake_case")
+            if key in seen:
+                raise RegistryError(f"{where}: duplicate key within the claim")
+            seen.add(key)
+            _check_value(where, v["value"])
+            if v["source"] not in sources:
+                raise RegistryError(f"{where}: unknown source {v['source']!r} (not in 'sources')")
+            if not isinstance(v["exact"], bool):
+                raise RegistryError(f"{where}: 'exact' must be true or false, got {v['exact']!r}")
+            if v["verified"] not in VERIFIED_TAGS:
+                raise RegistryError(
+                    f"{where}: 'verified' must be one of {sorted(VERIFIED_TAGS)}, got {v['verified']!r}"
+                )
+            for field in ("unit", "where", "setup"):
+                if not isinstance(v[field], str) or not v[field].strip():
+                    raise RegistryError(f"{where}: {field!r} must be a non-empty string")
+            for field in ("hardware", "note"):
+                if field in v and not isinstance(v[field], str):
+                    raise RegistryError(f"{where}: {field!r} must be a string")
+            if v["value"] is None and not v.get("note"):
+                raise RegistryError(f"{where}: a null (qualitative) value needs a 'note' stating it")
+
+
+# ------------------------------------------------------------------------------------------------
+# loading
+
+
+@functools.lru_cache(maxsize=None)
+def _load_cached(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise RegistryError(f"registry file not found: {p}")
+    with p.open(encoding="utf-8") as fh:
+        try:
+            data = yaml.safe_load(fh)
+        except yaml.YAMLError as exc:
+            raise RegistryError(f"registry file {p}: YAML error: {exc}") from exc
+    try:
+        validate(data)
+    except RegistryError as exc:
+        raise RegistryError(f"{p}: {exc}") from None
+    return data
+
+
+def load(path: str | Path | None = None) -> dict:
+    """The parsed, validated registry (``{'sources': ..., 'claims': ...}``).
+
+    Parsed once per path and cached; each call returns a deep copy so callers may mutate freely.
+    """
+    return copy.deepcopy(_load_cached(str(Path(path or REGISTRY_PATH).resolve())))
+
+
+def _data() -> dict:
+    # internal read-only access without the copy
+    return _load_cached(str(REGISTRY_PATH.resolve()))
+
+
+def claim_ids() -> list[str]:
+    """Claim ids ordered by their code, C1..C11."""
+    claims = _data()["claims"]
+    return sorted(claims, key=lambda cid: int(_CODE_RE.match(claims[cid]["code"]).group(1)))
+
+
+def claim(claim_id: str) -> dict:
+    """One claim's record (code, title, statement, sources, values); KeyError lists valid ids."""
+    claims = _data()["claims"]
+    if claim_id not in claims:
+        raise KeyError(f"unknown claim id {claim_id!r}; valid ids: {', '.join(claim_ids())}")
+    return copy.deepcopy(claims[claim_id])
+
+
+def _short_authors(authors: str) -> str:
+    names = [a.strip() for a in authors.split(",") if a.strip() and a.strip() != "et al."]
+    if len(names) == 1:
+        return names[0]
+    if len(names) == 2:
+        return f"{names[0]} & {names[1]}"
+    return f"{names[0]} et al."
+
+
+def citation(source_key: str, where: str | None = None) -> str:
+    """'Vaswani et al. 2017, NeurIPS 2017, arXiv 1706.03762, Table 3' for a source key."""
+    sources = _data()["sources"]
+    if source_key not in sources:
+        raise KeyError(f"unknown source {source_key!r}; valid sources: {', '.join(sorted(sources))}")
+    src = sources[source_key]
+    year = _YEAR_RE.search(src["venue"]).group(0)
+    parts = [f"{_short_authors(src['authors'])} {year}", src["venue"]]
+    if src.get("arxiv"):
+        parts.append(f"arXiv {src['arxiv']}")
+    if where:
+        parts.append(where)
+    return ", ".join(parts)
+
+
+def published(claim_id: str, key: str) -> dict:
+    """The value record ``key`` of ``claim_id`` plus a ``citation`` string; KeyError lists valid keys."""
+    c = claim(claim_id)
+    for v in c["values"]:
+        if v["key"] == key:
+            v["citation"] = citation(v["source"], v["where"])
+            return v
+    keys = ", ".join(v["key"] for v in c["values"])
+    raise KeyError(f"claim {claim_id!r} has no published value {key!r}; valid keys: {keys}")
+
+
+_FRAME_COLUMNS = [
+    "claim", "code", "key", "value", "unit", "source", "where", "setup", "hardware",
+    "exact", "verified", "note", "citation",
+]
+
+
+def values_frame(claim_id: str | None = None):
+    """All published values (or one claim's) as a pandas DataFrame, one row per value.
+
+    Columns: claim, code, key, value (number, list or None), unit, source, where, setup,
+    hardware, exact, verified, note, citation, plus any extra fields a record carries (e.g. input).
+    """
+    import pandas as pd  # lazy: keep `import repro.registry` light
+
+    ids = [claim_id] if claim_id is not None else claim_ids()
+    rows = []
+    for cid in ids:
+        c = claim(cid)
+        for v in c["values"]:
+            row = {"claim": cid, "code": c["code"], "hardware": None, "note": None}
+            row.update(v)
+            row["citation"] = citation(v["source"], v["where"])
+            rows.append(row)
+    extra = sorted({k for r in rows for k in r} - set(_FRAME_COLUMNS))
+    return pd.DataFrame(rows, columns=_FRAME_COLUMNS + extra)
