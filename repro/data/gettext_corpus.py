@@ -18,7 +18,7 @@ Two known weaknesses of this corpus are handled here rather than left to the rea
   reported on the clean subset too.
 * Templated near-duplicates ("Copying %d files", "Copying 1 file") would leak across splits.
   Pairs are joined into groups when they share a normalised template key of the source or of
-  the target (lowercase, digits -> 0, placeholders -> a token, punctuation removed, whitespace
+  the target (lowercase, placeholders and numbers -> one token, punctuation removed, whitespace
   collapsed; this subsumes sharing the same normalised source or target), and whole groups are
   assigned to train/valid/test by a salted SHA-256 of the group's key.
 
@@ -137,10 +137,11 @@ def is_placeholder_free(text: str) -> bool:
 
 
 def template_key(text: str) -> str:
-    """Normalised template of a message: placeholders -> ``ph``, digits -> 0, lowercase,
-    punctuation (incl. ``_``/``&`` mnemonics) removed, whitespace collapsed."""
+    """Normalised template of a message: placeholders and digit runs -> ``ph`` (so "Copying %d
+    files", "Copying 3 files" and "copying 12 files." share a key), lowercase, punctuation
+    (incl. ``_``/``&`` mnemonics) removed, whitespace collapsed."""
     t = _PLACEHOLDER.sub(" ph ", text).lower()
-    t = re.sub(r"\d", "0", t)
+    t = re.sub(r"\d+", " ph ", t)
     t = re.sub(r"[\W_]+", " ", t)
     return t.strip()
 
@@ -416,7 +417,7 @@ def _provenance_md(m: dict, versions: dict, lang: str) -> str:
         "",
         "## Split",
         "Pairs sharing a normalised template key of the English source or of the translation "
-        "(lowercase, digits->0, placeholders->`ph`, punctuation removed, whitespace collapsed) form one "
+        "(lowercase, placeholders and digit runs->`ph`, punctuation removed, whitespace collapsed) form one "
         "group (connected components); each group goes whole to one split by a salted SHA-256 of its key: "
         + ", ".join(f"`{k}={v}`" for k, v in m["split_config"].items())
         + ". `placeholder_free=1` marks pairs with no printf/brace/shell placeholders, command-line "

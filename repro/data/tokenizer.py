@@ -37,12 +37,15 @@ def train_sentencepiece(
     num_threads: int = 1,
     max_sentence_length: int = 8192,
     hard_vocab_limit: bool = False,
+    byte_fallback: bool = False,
 ) -> "Tokenizer":
     """Train a sentencepiece model on ``texts`` and return it loaded.
 
     ``texts`` is an iterable of sentences or a list of file paths (``Path`` objects or strings
     naming existing files; one sentence per line).  ``hard_vocab_limit=False`` lets a tiny
-    corpus end with fewer pieces than ``vocab_size`` instead of failing."""
+    corpus end with fewer pieces than ``vocab_size`` instead of failing; ``byte_fallback`` encodes
+    unseen characters as UTF-8 byte pieces instead of unk (costs 256 vocabulary entries).
+    The ``.model`` file records its output path, so compare ``.vocab`` files for determinism."""
     if model_type not in ("unigram", "bpe", "char", "word"):
         raise ValueError(f"model_type must be unigram, bpe, char or word, got {model_type!r}")
     if vocab_size < 8:
@@ -64,6 +67,7 @@ def train_sentencepiece(
         shuffle_input_sentence=False,
         max_sentence_length=max_sentence_length,
         hard_vocab_limit=hard_vocab_limit,
+        byte_fallback=byte_fallback,
         minloglevel=2,
     )
     texts = list(texts) if not isinstance(texts, (list, tuple)) else texts
@@ -154,13 +158,16 @@ def main(argv=None) -> int:
     ap.add_argument("--character-coverage", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--byte-fallback", action="store_true", help="unseen characters as byte pieces, not unk")
     a = ap.parse_args(argv)
     c = load_corpus(a.corpus, a.direction)
     texts = [s for pair in c.train for s in pair]
-    tok = train_sentencepiece(texts, a.out, a.vocab_size, a.model_type, a.character_coverage, a.seed, a.threads)
+    tok = train_sentencepiece(texts, a.out, a.vocab_size, a.model_type, a.character_coverage, a.seed, a.threads,
+                              byte_fallback=a.byte_fallback)
     info = {
         "model": Path(tok.path).name,
         "sha256": tok.sha256(),
+        "vocab_sha256": hashlib.sha256(Path(str(a.out) + ".vocab").read_bytes()).hexdigest(),
         "corpus": str(a.corpus),
         "direction": a.direction,
         "train_sentences": len(texts),
@@ -170,6 +177,7 @@ def main(argv=None) -> int:
         "character_coverage": a.character_coverage,
         "seed": a.seed,
         "threads": a.threads,
+        "byte_fallback": a.byte_fallback,
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         "normalization": "identity",
     }
