@@ -131,6 +131,10 @@ def test_mo_parsing_and_extraction(tmp_path):
     }
     assert stats["dropped"]["multi_line"] == 1 and stats["dropped"]["same_as_source"] == 1
     assert all(p.package == "tinypkg" and p.catalog == "tiny" for p in pairs)
+    lc = tmp_path / "xx" / "LC_MESSAGES"
+    lc.mkdir(parents=True)
+    shutil.copy(mo, lc / "dom.mo")
+    assert {p.catalog for p in extract_pairs([lc / "dom.mo"], packages={str(lc / "dom.mo"): "x"})} == {"xx/dom"}
     singular = extract_pairs([mo], FilterConfig(plural_forms="singular"), packages={str(mo): "x"})
     assert ("Copying %d files", "Kopiere %d Dateien") not in {(p.source, p.target) for p in singular}
     # duplicates across catalogs are dropped, first one wins

@@ -84,7 +84,7 @@ class Pair:
     source: str
     target: str
     package: str  # Debian binary package owning the catalog ("unknown" without dpkg)
-    catalog: str  # catalog domain, e.g. "coreutils" for coreutils.mo
+    catalog: str  # locale/domain, e.g. "de/coreutils" for .../de/LC_MESSAGES/coreutils.mo
 
     @property
     def placeholder_free(self) -> bool:
@@ -157,6 +157,14 @@ def find_catalogs(lang: str = "de", patterns=DEFAULT_CATALOG_GLOBS) -> list[Path
                 seen.add(rp)
                 out.append(Path(p))
     return out
+
+
+def catalog_label(path: str | Path) -> str:
+    """``<locale>/<domain>`` for a catalog under ``<locale>/LC_MESSAGES/``, else the file stem."""
+    path = Path(path)
+    if path.parent.name == "LC_MESSAGES":
+        return f"{path.parent.parent.name}/{path.stem}"
+    return path.stem
 
 
 def debian_package_of(path: str | Path) -> str:
@@ -238,7 +246,7 @@ def extract_pairs(
                 drops[why] += 1
                 continue
             seen.add((src, tgt))
-            out.append(Pair(src, tgt, pkg, path.stem))
+            out.append(Pair(src, tgt, pkg, catalog_label(path)))
     stats["kept"] = len(out)
     return out
 
@@ -430,14 +438,15 @@ def _provenance_md(m: dict, versions: dict, lang: str) -> str:
     ]
     lic = {p: _licences(p) for p in versions}
     for c in m["catalogs"]:
-        stem = Path(c["path"]).stem
-        cnt = m["pairs_per_catalog"].get(stem, {k: 0 for k in SPLITS})
-        # several paths can share a stem (de vs de_CH); counts are per stem
+        cnt = m["pairs_per_catalog"].get(catalog_label(c["path"]), {k: 0 for k in SPLITS})
         lines.append(
             f"| `{c['path']}` | {c['package']} | {c['version']} | {lic[c['package']]} | "
             f"{cnt['train']} | {cnt['valid']} | {cnt['test']} |"
         )
-    lines += ["", "Counts are per catalog domain (file stem); catalogs sharing a stem share a row count.", ""]
+    lines += ["", "## Pairs per Debian package", "| package | version | train | valid | test |", "|---|---|---:|---:|---:|"]
+    for pkg, cnt in m["pairs_per_package"].items():
+        lines.append(f"| {pkg} | {versions.get(pkg, 'unknown')} | {cnt['train']} | {cnt['valid']} | {cnt['test']} |")
+    lines.append("")
     return "\n".join(lines)
 
 
