@@ -358,6 +358,16 @@ def test_data_bin_directory(tmp_path):
     assert rev.text_pairs("valid")[0] == ("Hello world", "Hallo Welt")
     with pytest.raises(FairseqFormatError, match="test.de-en.de.idx"):
         load_data_bin(tmp_path, "de-en", splits=("test",))
+    # batches straight from the data-bin, in fairseq ids (bos 0, pad 1, eos 2)
+    enc = db.encoded("train")
+    (b,) = list(token_batches(enc, max_tokens=100, shuffle=False))
+    row = int((b.index == 0).nonzero()[0, 0])
+    assert b.src[row].tolist() == src[0].tolist()
+    assert b.tgt_in[row].tolist() == [0] + tgt[0][:-1].tolist()
+    assert b.tgt_out[row].tolist() == tgt[0].tolist()
+    assert torch.equal(b.tgt_pad_mask, b.tgt_out == 1)
+    en.bpe_symbol = "@@ "
+    assert de.decode(src[0]) == "Hallo We@@ lt" and en.decode(b.tgt_out[row]) == "Hello world"
 
 
 # ---------------------------------------------------------------- tokenizer and batching

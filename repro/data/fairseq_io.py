@@ -105,6 +105,42 @@ class FairseqDictionary:
     def unk(self) -> int:
         return self.unk_index
 
+    # Tokenizer-compatible interface (repro.data.tokenizer.Tokenizer), so batching and decoding
+    # code works on a fairseq vocabulary too.  Text given to encode() is already BPE-segmented.
+    bpe_symbol: str | None = None
+
+    @property
+    def pad_id(self) -> int:
+        return self.pad_index
+
+    @property
+    def bos_id(self) -> int:
+        return self.bos_index
+
+    @property
+    def eos_id(self) -> int:
+        return self.eos_index
+
+    @property
+    def unk_id(self) -> int:
+        return self.unk_index
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_line(text, append_eos=False).tolist()
+
+    def decode(self, ids) -> str:
+        """Text up to the first eos, bos/pad dropped, BPE removed per ``self.bpe_symbol``."""
+        out = []
+        for i in np.asarray(ids).reshape(-1).tolist():
+            if int(i) == self.eos_index:
+                break
+            out.append(int(i))
+        return self.string(out, self.bpe_symbol)
+
     def encode_line(self, line: str, append_eos: bool = True) -> np.ndarray:
         """Whitespace-split ``line`` into ids (unknown -> unk), + eos, like fairseq-preprocess."""
         ids = [self.index(w) for w in line.split()]
@@ -349,6 +385,35 @@ class DataBin:
         """Detokenised-by-BPE text pairs of a split (e.g. references for BLEU)."""
         src, tgt = self.splits[split]
         return [(self.src_dict.string(s, bpe_symbol), self.tgt_dict.string(t, bpe_symbol)) for s, t in zip(src, tgt)]
+
+    def encoded(self, split: str, max_len: int | None = None, on_long: str = "drop"):
+        """The split as a :class:`repro.data.batching.EncodedCorpus` in fairseq ids (bos 0, pad 1,
+        eos 2), ready for ``token_batches``.  Source arrays keep their trailing eos; the target's
+        trailing eos is removed (batching adds it back to ``tgt_out``).  A joined dictionary is
+        required for a shared embedding, but not checked here."""
+        from repro.data.batching import EncodedCorpus
+
+        if on_long not in ("drop", "truncate", "error"):
+            raise ValueError(f"on_long must be drop, truncate or error, got {on_long!r}")
+        src, tgt = self.splits[split]
+        eos = self.tgt_dict.eos_index
+        out_s, out_t, idx, n_trunc = [], [], [], 0
+        for i, (s, t) in enumerate(zip(src, tgt)):
+            s = s if len(s) and s[-1] == self.src_dict.eos_index else np.append(s, self.src_dict.eos_index)
+            t = t[:-1] if len(t) and t[-1] == eos else t
+            if max_len is not None and (len(s) > max_len or len(t) + 1 > max_len):
+                if on_long == "drop":
+                    continue
+                if on_long == "error":
+                    raise ValueError(f"{self.path} {split} pair {i} is longer than max_len={max_len}")
+                s = np.append(s[: max_len - 1], self.src_dict.eos_index)
+                t = t[: max_len - 1]
+                n_trunc += 1
+            out_s.append(np.asarray(s, dtype=np.int64))
+            out_t.append(np.asarray(t, dtype=np.int64))
+            idx.append(i)
+        return EncodedCorpus(out_s, out_t, np.asarray(idx, dtype=np.int64), self.tgt_dict.pad_index,
+                             self.tgt_dict.bos_index, eos, len(src), n_trunc)
 
 
 def load_data_bin(data_dir: str | Path, direction: str = "de-en", splits=("train", "valid", "test")) -> DataBin:
