@@ -322,7 +322,7 @@ def read_indexed_dataset(prefix: str | Path, as_int64: bool = True) -> list[np.n
         if end > bin_size or (index.pointers % item).any():
             raise FairseqFormatError(f"{bin_path}: {bin_size} bytes but {prefix}.idx points up to byte {end} "
                                      f"(dtype {index.dtype})")
-    flat = np.fromfile(bin_path, dtype=index.dtype.newbyteorder("<"))
+    flat = np.memmap(bin_path, dtype=index.dtype.newbyteorder("<"), mode="r") if bin_size else np.zeros(0, index.dtype)
     out = []
     for p, s in zip(index.pointers.tolist(), index.sizes.tolist()):
         a = flat[p // item: p // item + s]
