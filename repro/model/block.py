@@ -36,9 +36,10 @@ class Block(nn.Module):
 
     def _sublayer(self, x, norm, fn):
         s = self.cfg.residual_scale
+        skip = x if self.cfg.residual else 0.0
         if self.cfg.norm_position == "pre":
-            return x + s * self.drop(fn(norm(x)))
-        return norm(x + s * self.drop(fn(x)))
+            return skip + s * self.drop(fn(norm(x)))
+        return norm(skip + s * self.drop(fn(x)))
 
     def forward(self, x, *, causal=False, key_padding_mask=None, memory=None, memory_padding_mask=None,
                 cache: dict | None = None):

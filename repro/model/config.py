@@ -72,6 +72,7 @@ class BlockConfig:
     act_dropout: float = 0.0
     bias: bool = True
     norm_bias: bool = True  # LayerNorm beta (only for layernorm)
+    residual: bool = True  # False drops the skip connection: x <- F(x) (block_numerics, rank_collapse)
     residual_scale: float = 1.0  # branch multiplier: x + s * F(x); e.g. 1/sqrt(L) (Noci et al. 2022)
     checkpoint: str = "none"  # "selective": recompute the attention core (Korthikanti et al. 2023)
     _prefix: str = field(default="block.", repr=False, compare=False)

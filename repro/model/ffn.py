@@ -13,6 +13,8 @@ from torch import nn
 
 from .config import BlockConfig
 
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}  # the block's activations (exact erf GELU)
+
 
 class DenseFFN(nn.Module):
     slot = "ffn"
@@ -21,7 +23,7 @@ class DenseFFN(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(d, d_ff, bias=bias)
         self.fc2 = nn.Linear(d_ff, d, bias=bias)
-        self.act = nn.ReLU() if activation == "relu" else nn.GELU()
+        self.act = ACTIVATIONS[activation]
         self.drop = nn.Dropout(act_dropout)
 
     def forward(self, x):
@@ -39,7 +41,7 @@ class SwiGLU(nn.Module):
         self.drop = nn.Dropout(act_dropout)
 
     def forward(self, x):
-        return self.w2(self.drop(F.silu(self.w1(x)) * self.w3(x)))
+        return self.w2(self.drop(ACTIVATIONS["silu"](self.w1(x)) * self.w3(x)))
 
 
 class Router(nn.Linear):
@@ -79,3 +81,9 @@ def make_ffn(cfg: BlockConfig) -> nn.Module:
     if cfg.ffn == "moe":
         return MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.moe_top_k, cfg.bias, cfg.act_dropout)
     raise ValueError(f"block.ffn: unknown kind {cfg.ffn!r}")
+
+
+def swiglu_hidden(d_model: int, multiple_of: int = 256, ffn_mult: float = 4.0) -> int:
+    """Llama's SwiGLU hidden size: 2/3 * ffn_mult * d rounded up to a multiple (4096 -> 11008)."""
+    hidden = int(2 * ffn_mult * d_model / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)

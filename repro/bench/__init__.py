@@ -1,0 +1,1 @@
+"""Benchmark plumbing: hardware/software fingerprint, timing, memory, and atomic results records."""

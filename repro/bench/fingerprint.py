@@ -1,0 +1,123 @@
+"""Hardware and software fingerprint of the machine a result was measured on, and a stable hardware id.
+
+The hardware id is a readable slug (``cpu-amd-epyc-9b14-2c``, ``gpu-nvidia-h200``) used as a path component of
+every results folder, so results from different machines never overwrite each other.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("torch", "triton", "snakemake", "pandas", "numpy", "seaborn", "sacrebleu", "sentencepiece")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _mem_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit(root: str | Path | None = None) -> dict:
+    root = Path(root or Path(__file__).resolve().parents[2])
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"commit": commit, "dirty": dirty}
+
+
+def accelerator() -> dict | None:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return None
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    driver = None
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        pass
+    return {"name": props.name, "count": torch.cuda.device_count(), "memory_gib": round(props.total_memory / 2**30, 1),
+            "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda, "driver": driver}
+
+
+def fingerprint() -> dict:
+    """Everything that identifies where and with what a number was measured."""
+    accel = accelerator()
+    return {
+        "hardware_id": hardware_id(accel),
+        "hardware": {"cpu": _cpu_model(), "cores": _cores(), "memory_gib": _mem_gib(), "machine": platform.machine(),
+                     "accelerator": accel},
+        "software": {"python": platform.python_version(), "os": platform.platform(),
+                     **{p: _version(p) for p in PACKAGES}},
+        "git": git_commit(),
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def slug(text: str) -> str:
+    text = re.sub(r"\((r|tm)\)|cpu @.*|processor|\d+-core", "", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+
+def hardware_id(accel: dict | None = "auto") -> str:
+    """``gpu-<name>[x<count>]`` on a GPU machine, else ``cpu-<model>-<cores>c``; override with REPRO_HARDWARE_ID."""
+    if os.environ.get("REPRO_HARDWARE_ID"):
+        return slug(os.environ["REPRO_HARDWARE_ID"])
+    if accel == "auto":
+        accel = accelerator()
+    if accel:
+        count = f"x{accel['count']}" if accel.get("count", 1) > 1 else ""
+        return f"gpu-{slug(accel['name'])}{count}"
+    return f"cpu-{slug(_cpu_model())}-{_cores()}c"
+
+
+def config_hash(config) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+if __name__ == "__main__":
+    json.dump(fingerprint(), sys.stdout, indent=2)
+    print()

@@ -1,0 +1,76 @@
+"""Timing helpers.
+
+CPU: the variants being compared are interleaved in one process (A B C A B C ...) so drift and other load hit
+them alike; report medians, inter-quartile spread and median *ratios*, never absolute times across runs.
+GPU: CUDA events around each call, warm-up first, and an L2 flush (writing a buffer larger than L2) between
+repetitions so no variant profits from the previous one's cache.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Mapping
+
+import torch
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+_L2_FLUSH: dict = {}
+
+
+def flush_l2(device) -> None:
+    if torch.device(device).type != "cuda":
+        return
+    buf = _L2_FLUSH.get(str(device))
+    if buf is None:
+        buf = _L2_FLUSH[str(device)] = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device=device)
+    buf.zero_()
+
+
+def time_once(fn: Callable[[], object], device="cpu") -> float:
+    """Seconds for one call of ``fn`` (CUDA events on GPU, perf_counter on CPU)."""
+    if torch.device(device).type == "cuda":
+        flush_l2(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(); fn(); end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter(); fn(); return time.perf_counter() - t0
+
+
+def time_interleaved(fns: Mapping[str, Callable[[], object]], *, reps: int = 10, warmup: int = 2,
+                     device="cpu", min_time: float = 0.0) -> dict[str, list[float]]:
+    """Interleave the variants round by round; returns the per-variant list of seconds.
+
+    ``min_time`` keeps adding rounds (beyond ``reps``) until the total measured time exceeds it.
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    _sync(device)
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    start, rounds = time.perf_counter(), 0
+    while rounds < reps or time.perf_counter() - start < min_time:
+        for name, fn in fns.items():
+            samples[name].append(time_once(fn, device))
+        rounds += 1
+    return samples
+
+
+def summarize(samples: list[float]) -> dict:
+    """median, inter-quartile range and n of a list of times (seconds)."""
+    s = sorted(samples)
+    if not s:
+        return {"median": float("nan"), "iqr": float("nan"), "n": 0}
+    q = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0]] * 3
+    return {"median": statistics.median(s), "iqr": q[2] - q[0], "n": len(s)}
+
+
+def paired_ratios(samples: Mapping[str, list[float]], numerator: str, denominator: str) -> dict:
+    """Per-round ratios numerator/denominator (paired by interleaving round), summarised."""
+    pairs = [a / b for a, b in zip(samples[numerator], samples[denominator]) if b > 0]
+    return summarize(pairs)

@@ -1,0 +1,102 @@
+"""C1 param_accounting: where the parameters live.
+
+Reproduces Vaswani et al. 2017 (Table 3: base model 65M; one encoder block 3,152,384 with the FFN 66.6%),
+Geva et al. 2021 (FFN = two thirds), Michel et al. 2019 (one head = 6.25% / 8.34% of an attention layer) and the
+Llama-7B (6,738,415,616) and Mixtral 8x7B (46.7B stored, 12.9B active) totals, by counting the suite's own model
+classes built on the meta device. Exact published figures must match exactly; rounded ones within
+``rounded_rel_tolerance``, with the difference reported.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from repro import registry
+from repro.bench.records import check, metric, verdict_from_checks
+from repro.model import DecoderLM, EncoderDecoder, EncoderModel, ModelConfig, count_by_slot, active_parameters
+from repro.model.ffn import swiglu_hidden
+
+CLAIM = "param_accounting"
+log = logging.getLogger("repro.param_accounting")
+KINDS = {"encoder_decoder": EncoderDecoder, "decoder_lm": DecoderLM, "encoder": EncoderModel}
+UNITS = {"share": "percent", "weights_gb": "GB", "head_share": "percent", "block_ffn_share": "percent",
+         "block_ffn_weight_fraction": "fraction", "swiglu_hidden_rule": "dim"}
+
+
+def _unit(name: str) -> str:
+    return next((u for k, u in UNITS.items() if name.startswith(k)), "params")
+
+
+def measure(spec: dict, bits: list[int]) -> dict[str, float]:
+    """All quantities of one named configuration (see config/claims/param_accounting.yaml)."""
+    cfg = ModelConfig.from_dict(spec["model"])
+    with torch.device("meta"):
+        model = KINDS[spec["kind"]](cfg)
+    slots = count_by_slot(model)
+    total = slots["total"]
+    q = {k: v for k, v in slots.items() if k != "other"}
+    q["active"] = active_parameters(model)
+    for slot in ("attention", "ffn", "norms", "embeddings", "router"):
+        q[f"share_{slot}"] = 100.0 * slots[slot] / total
+    stack = model.encoder.layers if hasattr(model, "encoder") else model.decoder.layers
+    block = count_by_slot(stack.layers[0])
+    q.update(block_total=block["total"], block_attention=block["attention"], block_ffn=block["ffn"] + block["router"],
+             block_norms=block["norms"], block_ffn_share=100.0 * (block["ffn"] + block["router"]) / block["total"])
+    ffn = stack.layers[0].ffn
+    weights = [m.weight for m in ffn.modules() if isinstance(m, torch.nn.Linear)]
+    attn = stack.layers[0].self_attn
+    attn_w = [m.weight for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj)]
+    ffn_w, att_w = sum(w.numel() for w in weights), sum(w.numel() for w in attn_w)
+    q["block_ffn_weight_fraction"] = ffn_w / (ffn_w + att_w)  # Geva et al.: weights only, no biases/norms
+    # one head: its rows of Q, K, V (weights and biases) and its columns of the output projection
+    dh, d = attn.head_dim, cfg.block.d_model
+    per_head = (dh * d + (dh if cfg.block.bias else 0)) * (1 + 2 * attn.n_kv_heads / attn.n_heads) + d * dh
+    q["head_share"] = 100.0 * per_head / block["attention"]
+    for b in bits:
+        q[f"weights_gb_{b}"] = total * b / 8 / 1e9
+    if cfg.block.ffn == "swiglu":
+        q["swiglu_hidden_rule"] = swiglu_hidden(d)
+    return q
+
+
+def judge(rows: list[dict], scale: str, rel_tol: float) -> dict:
+    checks = []
+    for r in rows:
+        if not r.get("published_key"):
+            continue
+        pub = registry.published(CLAIM, r["published_key"])
+        m, p = r["value"], float(pub["value"])
+        if pub["unit"] == "fraction" and r["unit"] == "percent":
+            p *= 100
+        exact = bool(pub.get("exact"))
+        if exact:
+            ok, tol = abs(m - p) < 1e-9 * max(1.0, abs(p)) + (0.051 if r["unit"] == "percent" else 0), "exact"
+        else:
+            ok, tol = abs(m - p) <= rel_tol * abs(p), f"within {rel_tol:.0%} (rounded figure)"
+        name = f"{r['sweep']['model']}.{r['metric']}"
+        checks.append(check(name, ok, f"{m:,.4g}" if abs(m) < 1e4 else f"{m:,.0f}", f"{p:,.4g} ({tol}; {pub['citation']})"))
+    return verdict_from_checks(CLAIM, checks, scale)
+
+
+def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
+    """Count parameters by slot for every configured model on the meta device."""
+    rows = []
+    for name, spec in params["models"].items():
+        quantities = measure(spec, params["bits"])
+        published = spec.get("published", {})
+        unknown = sorted(set(published) - set(quantities))
+        if unknown:
+            raise ValueError(f"param_accounting.models.{name}.published: unknown quantity {unknown[0]!r} "
+                             f"(measured: {', '.join(sorted(quantities))})")
+        for key, value in quantities.items():
+            rows.append(metric(CLAIM, key, value, _unit(key), published_key=published.get(key), model=name))
+        log.info("%s: total %s, attention %.1f%%, ffn %.1f%%", name, f"{quantities['total']:,}",
+                 quantities["share_attention"], quantities["share_ffn"])
+    return rows, judge(rows, scale, params["rounded_rel_tolerance"])
+
+
+if __name__ == "__main__":
+    from repro.claims._cli import main
+
+    raise SystemExit(main(CLAIM, run))
