@@ -1,0 +1,33 @@
+# Reproduction suite for published claims about the Transformer block.
+#   snakemake reproduce_all --cores all                 every claim at the default scale
+#   snakemake claim_<id> --cores all                    one claim (e.g. claim_param_accounting)
+#   snakemake reproduce_all --config scale=tiny         the seconds-long smoke scale
+# Parameters: config/config.yaml (the run) and config/claims/<id>.yaml (per claim, per scale).
+from snakemake.utils import min_version
+
+from repro.workflow import Run
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+W = Run(config, workflow.basedir)
+
+
+include: "workflows/common.smk"
+
+
+# One workflows/<id>.smk per claim (plus shared artefacts and the hardware comparison). A claim without a
+# workflow file yet is listed as not_implemented in the index.
+for _smk in W.workflow_files():
+
+    include: _smk
+
+
+rule reproduce_all:
+    """Every selected claim at the configured scale, its report page, and the index."""
+    default_target: True
+    input:
+        W.targets(),

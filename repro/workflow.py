@@ -1,0 +1,57 @@
+"""What the Snakefile needs from Python: the validated run, the hardware id, paths, per-claim parameters and
+the target list (a pure function of the config). Kept out of the .smk files so those hold rules only."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from repro import registry
+from repro.bench.fingerprint import hardware_id
+from repro.config import ConfigError, load_run_config, section
+
+
+class Run:
+    def __init__(self, config: dict, basedir: str | Path):
+        from snakemake.exceptions import WorkflowError
+
+        self._error = WorkflowError
+        try:
+            self.cfg = load_run_config(config)
+        except ConfigError as exc:
+            raise WorkflowError(f"invalid configuration: {exc}") from None
+        self.py = sys.executable
+        self.scale = self.cfg["scale"]
+        self.hw = hardware_id() if self.cfg["hardware"] == "auto" else self.cfg["hardware"]
+        self.res = f"{self.cfg['results_dir']}/{self.hw}/{self.scale}"
+        self.rep = f"{self.cfg['reports_dir']}/{self.hw}/{self.scale}"
+        self.logs = f"logs/{self.hw}/{self.scale}"
+        self.models = f"{self.res}/_models"
+        self.basedir = Path(basedir)
+        self.claims_with_workflow = [c for c in registry.claim_ids()
+                                     if (self.basedir / "workflows" / f"{c}.smk").exists()]
+
+    def workflow_files(self) -> list[str]:
+        names = ["translation", *registry.claim_ids(), "compare_hardware"]
+        return [f"workflows/{n}.smk" for n in names if (self.basedir / "workflows" / f"{n}.smk").exists()]
+
+    def params(self, name: str) -> str:
+        """Validated parameters of one claim (or shared artefact) at this scale, as JSON for --params."""
+        try:
+            return json.dumps(section(name, self.scale, self.cfg["overrides"]), sort_keys=True)
+        except ConfigError as exc:
+            raise self._error(f"invalid configuration: {exc}") from None
+
+    def outputs(self, claim: str) -> dict:
+        return {"metrics": f"{self.res}/{claim}/metrics.csv", "verdict": f"{self.res}/{claim}/verdict.json"}
+
+    def shell(self, claim: str) -> str:
+        """The command every claim rule runs; progress goes to the terminal and to the rule's log."""
+        return (f"{self.py} -m repro.claims.{claim} --scale {self.scale} --params {{params.cfg:q}} "
+                f"--out {self.res}/{claim} --threads {{threads}} 2>&1 | tee {{log}}")
+
+    def pages(self) -> list[str]:
+        return [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]
+
+    def targets(self) -> list[str]:
+        return self.pages() + [f"{self.rep}/index.md"]
