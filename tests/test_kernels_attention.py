@@ -217,3 +217,12 @@ def test_bad_arguments_name_the_argument():
         flash_attention(q, k, v, scale=-1.0)
     with pytest.raises(ValueError, match="4-D"):
         flash_attention(q[0], k[0], v[0])
+
+
+def test_attention_flop_model():
+    """The benchmark's TFLOP/s model counts the two forward matmuls over visible (query, key) pairs."""
+    from repro.bench.kernels import attention_flops
+    b, h, n, d = 2, 3, 10, 16
+    assert attention_flops(b, h, n, n, d, False, "fwd") == 2 * (2 * b * h * n * n * d)  # QK^T and PV
+    assert attention_flops(b, h, n, n, d, True, "fwd") == 4 * b * h * (n * (n + 1) / 2) * d
+    assert attention_flops(b, h, n, n, d, False, "fwd_bwd") == 3.5 * attention_flops(b, h, n, n, d, False, "fwd")

@@ -157,3 +157,27 @@ def test_wrong_device_mode_raises():
             rms_norm(torch.randn(2, 8), None, 1e-6)
     else:
         assert K.triton_available()
+
+
+def test_norm_byte_model_and_targets():
+    """The benchmark's GB/s model (repro.bench.kernels.norm_bytes) and the derived target rows."""
+    from repro.bench.kernels import COLUMNS, norm_bytes, target_rows
+    m, n = 1000, 4096
+    assert norm_bytes("rmsnorm", m, n, torch.bfloat16, "fwd") == 2 * m * n * 2 + n * 2 + 4 * m
+    assert norm_bytes("layernorm", m, n, torch.float32, "bwd") == 3 * m * n * 4 + 2 * 2 * n * 4 + 2 * 4 * m
+    assert norm_bytes("rmsnorm", m, n, torch.float16, "fwd_bwd") == (
+        norm_bytes("rmsnorm", m, n, torch.float16, "fwd") + norm_bytes("rmsnorm", m, n, torch.float16, "bwd"))
+
+    def row(**kw):
+        r = {c: None for c in COLUMNS}
+        r.update(status="ok", **kw)
+        return r
+    case = dict(op="rmsnorm", dtype="bfloat16", rows=m, hidden=n, **{"pass": "fwd_bwd"})
+    rows = [row(op="copy", provider="torch", median_ms=1.0, gbps=3000.0),
+            row(provider="triton", median_ms=1.0, gbps=2700.0, **case),
+            row(provider="torch", median_ms=2.5, gbps=1080.0, **case),
+            row(provider="compile", median_ms=0.9, gbps=3000.0, **case)]
+    got = {r["metric"]: (round(r["value"], 3), r["met"]) for r in target_rows(rows)}
+    assert got == {"rmsnorm_fraction_of_copy_bandwidth": (0.9, True),
+                   "rmsnorm_speedup_vs_eager": (2.5, True),
+                   "rmsnorm_speedup_vs_compile": (0.9, False)}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,7 +306,7 @@ def _rows_for(samples, errors, skipped, baseline, common, work: Callable[[float]
     return rows
 
 
-def run_norm_sweep(cfg=None, *, log=print) -> list[dict]:
+def run_norm_sweep(cfg=None, *, log=print, on_rows=None) -> list[dict]:
     """Time every (hidden, dtype, pass) case for each (op, provider); returns long-format rows.
 
     All ops and providers of one case are interleaved, so besides ``ratio_to_baseline`` (median of
@@ -359,6 +360,8 @@ def run_norm_sweep(cfg=None, *, log=print) -> list[dict]:
                                        reason="median of per-round rmsnorm/layernorm time ratios (interleaved)",
                                        **{"pass": pass_})
                             out.append(row)
+                if on_rows:
+                    on_rows(out)
             del x, w, b, dy
     return out
 
@@ -368,7 +371,7 @@ def _no_grad(fn, *args):
         return fn(*args)
 
 
-def run_attention_sweep(cfg=None, *, log=print) -> list[dict]:
+def run_attention_sweep(cfg=None, *, log=print, on_rows=None) -> list[dict]:
     """Time every (seq_len, head_dim, causal, dtype, pass) case for each provider; rows in long format.
 
     ``bwd`` times torch.autograd.grad on a retained forward graph; ``ratio_to_baseline`` is
@@ -415,6 +418,8 @@ def run_attention_sweep(cfg=None, *, log=print) -> list[dict]:
                                          lambda sec: {"tflops": flops / sec / 1e12}, peaks)
                         out += rows
                         log(_line(rows))
+                        if on_rows:
+                            on_rows(out)
                 del q, k, v, do
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -537,16 +542,25 @@ def main(argv=None) -> int:
     atomic_write_json(out / "fingerprint.json", fp)
     hw = fp["hardware_id"]
     rows: list[dict] = []
+    # `timeout` sends SIGTERM: turn it into SystemExit so the finally-block still writes the targets.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
+    in_progress: list[dict] = []  # rows of the sweep now running (kept if a timeout cuts it off)
+
+    def on_rows(sofar: list[dict]) -> None:  # rewrite the CSV after every case
+        in_progress[:] = sofar
+        write_csv([{**r, "hardware_id": hw} for r in rows + sofar], out / "kernels.csv")
+
     if device.type == "cuda":
         rows.append(copy_bandwidth(device))
         print(f"copy bandwidth: {rows[-1]['gbps']:.1f} GB/s", flush=True)
     try:
-        if args.only in (None, "norms"):
-            rows += run_norm_sweep(norm_cfg, log=lambda s: print(s, flush=True))
-            write_csv([{**r, "hardware_id": hw} for r in rows], out / "kernels.csv")
-        if args.only in (None, "attention"):
-            rows += run_attention_sweep(attn_cfg, log=lambda s: print(s, flush=True))
+        for name, run, cfg in (("norms", run_norm_sweep, norm_cfg), ("attention", run_attention_sweep, attn_cfg)):
+            if args.only in (None, name):
+                result = run(cfg, log=lambda s: print(s, flush=True), on_rows=on_rows)
+                in_progress.clear()
+                rows += result
     finally:
+        rows += in_progress
         rows += target_rows(rows)
         write_csv([{**r, "hardware_id": hw} for r in rows], out / "kernels.csv")
     for r in rows:

@@ -5,6 +5,7 @@ Nothing here imports triton at module import time, so `repro.kernels.__init__` c
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -21,7 +22,9 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in {"1", "true", "on", "yes"}
 
 
+@functools.lru_cache(maxsize=None)
 def triton_importable() -> bool:
+    # cached: find_spec walks sys.path, too slow for a per-call check in front of a 10 us kernel
     return importlib.util.find_spec("triton") is not None
 
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Prepared GPU check for the Triton kernels (issue 3): run on a GPU node from the repository root.
+#
+#   PYTHONPATH=. bash scripts/gpu_check.sh [OUT_DIR]        # default OUT_DIR: results/_gpu_check
+#   GPU_CHECK_QUICK=1 ...                                   # smaller benchmark sweep
+#
+# 1. prints the device fingerprint (GPU, driver, CUDA, torch, triton, python, CPU) and nvidia-smi;
+# 2. runs the kernel tests on CUDA (the same parametrised tests as on CPU, marker `cuda`);
+# 3. runs the benchmark sweeps (python -m repro.bench.kernels), which measure copy bandwidth and
+#    write OUT_DIR/kernels.csv with the issue's targets as derived rows (op == "target").
+# Sized for ~8 minutes on an H100/H200 (tests <= 4 min, sweeps <= 7 min by timeout; typically less).
+# Needs no snakemake; torch + triton (3.6-3.9) + pytest + pandas. Exit status: non-zero if a step failed.
+set -uo pipefail
+
+OUT="${1:-results/_gpu_check}"
+PY="${PYTHON:-python}"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}."
+mkdir -p "$OUT"
+status=0
+
+echo "== [1/3] device fingerprint"
+"$PY" -m repro.bench.fingerprint | tee "$OUT/fingerprint_device.json" || status=1
+nvidia-smi 2>&1 | tee "$OUT/nvidia-smi.txt" || true
+"$PY" - <<'PYEOF' || status=1
+import torch
+if not torch.cuda.is_available():
+    raise SystemExit("gpu_check: no CUDA device visible to torch; this script is for a GPU node")
+import triton
+print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__,
+      "device", torch.cuda.get_device_name(0))
+PYEOF
+[ "$status" -eq 0 ] || { echo "gpu_check: no usable GPU, stopping"; exit 1; }
+
+echo "== [2/3] kernel tests on CUDA"
+timeout 240 "$PY" -m pytest -q -m cuda -p no:cacheprovider \
+    tests/test_kernels_norms.py tests/test_kernels_attention.py 2>&1 | tee "$OUT/tests_cuda.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { echo "gpu_check: CUDA kernel tests failed or timed out (rc=$rc)"; status=1; }
+
+echo "== [3/3] benchmark sweeps"
+quick=()
+[ -n "${GPU_CHECK_QUICK:-}" ] && quick=(--quick)
+timeout 420 "$PY" -m repro.bench.kernels --out "$OUT" "${quick[@]}" 2>&1 | tee "$OUT/bench.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { echo "gpu_check: benchmark failed or timed out (rc=$rc); partial rows may be in $OUT/kernels.csv"; status=1; }
+
+echo "== done: $OUT (status $status)"
+exit "$status"
