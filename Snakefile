@@ -10,7 +10,7 @@ from repro.workflow import Run
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 W = Run(config, workflow.basedir)

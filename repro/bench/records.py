@@ -81,17 +81,22 @@ def verdict_from_checks(claim: str, checks: list[dict], scale: str, *, partial_o
     At the ``tiny`` scale no verdict is claimed (not_applicable): tiny runs check shapes and plumbing only.
     """
     decided = [c for c in checks if c["passed"] is not None]
+    failed = [c for c in decided if not c["passed"]]
+    shown = failed if failed else decided[:3]
     summary = "; ".join(f"{c['name']}: {c['measured']} (paper: {c['expected']}){'' if c['passed'] else ' [fails]'}"
-                        for c in decided)
+                        for c in shown[:6])
+    if len(shown) > 6:
+        summary += f"; ... and {len(shown) - 6} more (see checks)"
     if scale == "tiny":
         return verdict(claim, "not_applicable", "tiny scale checks plumbing only; no verdict is claimed. " + summary,
                        checks=checks)
     if not decided:
         return verdict(claim, "not_applicable", "no check could be decided on this hardware/scale", checks=checks)
-    n_pass = sum(c["passed"] for c in decided)
-    status = ("reproduced" if n_pass == len(decided) else
+    n_pass = len(decided) - len(failed)
+    status = ("reproduced" if not failed else
               "not_reproduced" if n_pass == 0 or not partial_ok else "partially")
-    return verdict(claim, status, f"{n_pass}/{len(decided)} checks hold. " + summary, checks=checks)
+    lead = f"{n_pass}/{len(decided)} checks hold" + ("; failing: " if failed else "; e.g. ")
+    return verdict(claim, status, lead + summary, checks=checks)
 
 
 def _finite(x):

@@ -60,8 +60,13 @@ def measure(spec: dict, bits: list[int]) -> dict[str, float]:
     return q
 
 
-def judge(rows: list[dict], scale: str, rel_tol: float) -> dict:
-    checks = []
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) >= 1000 else f"{x:.4g}"
+
+
+def judge(rows: list[dict], scale: str, rel_tol: float, notes: dict | None = None) -> dict:
+    """Exact published figures must match exactly; rounded ones within ``rel_tol`` (difference and reason shown)."""
+    checks, notes = [], notes or {}
     for r in rows:
         if not r.get("published_key"):
             continue
@@ -73,9 +78,11 @@ def judge(rows: list[dict], scale: str, rel_tol: float) -> dict:
         if exact:
             ok, tol = abs(m - p) < 1e-9 * max(1.0, abs(p)) + (0.051 if r["unit"] == "percent" else 0), "exact"
         else:
-            ok, tol = abs(m - p) <= rel_tol * abs(p), f"within {rel_tol:.0%} (rounded figure)"
-        name = f"{r['sweep']['model']}.{r['metric']}"
-        checks.append(check(name, ok, f"{m:,.4g}" if abs(m) < 1e4 else f"{m:,.0f}", f"{p:,.4g} ({tol}; {pub['citation']})"))
+            ok, tol = abs(m - p) <= rel_tol * abs(p), f"rounded figure, accepted within {rel_tol:.0%}"
+        model = r["sweep"]["model"]
+        measured = _num(m) if exact else f"{_num(m)} ({(m - p) / p:+.2%} vs published)"
+        why = "" if exact or abs(m - p) < 1e-9 else f"; {notes.get(model) or 'the paper rounds'}"
+        checks.append(check(f"{model}.{r['metric']}", ok, measured, f"{_num(p)} ({tol}{why}; {pub['citation']})"))
     return verdict_from_checks(CLAIM, checks, scale)
 
 
@@ -93,7 +100,8 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             rows.append(metric(CLAIM, key, value, _unit(key), published_key=published.get(key), model=name))
         log.info("%s: total %s, attention %.1f%%, ffn %.1f%%", name, f"{quantities['total']:,}",
                  quantities["share_attention"], quantities["share_ffn"])
-    return rows, judge(rows, scale, params["rounded_rel_tolerance"])
+    notes = {name: spec.get("note", "") for name, spec in params["models"].items()}
+    return rows, judge(rows, scale, params["rounded_rel_tolerance"], notes)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def _sweep_text(sweep: dict) -> str:
 
 
 def _table(frame: pd.DataFrame) -> str:
-    return frame.to_markdown(index=False) if len(frame) else "_none_"
+    return frame.to_markdown(index=False, disable_numparse=True) if len(frame) else "_none_"
 
 
 def _fingerprint_lines(fp: dict) -> list[str]:

@@ -1,0 +1,31 @@
+"""C11 plots: activation values measured vs published, and the deep-stack trainability experiment."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+
+def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+    out = []
+    act = metrics[metrics["metric"].isin(["relu_output", "gelu_output", "silu_output"])].copy()
+    if len(act):
+        act["x"] = act["sweep"].map(lambda s: s["x"])
+        act["activation"] = act["metric"].str.removesuffix("_output")
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        sns.lineplot(data=act, x="x", y="value", hue="activation", marker="o", ax=ax)
+        ax.scatter(act["x"], pd.to_numeric(act["published_value"]), marker="x", color="black", label="published", zorder=5)
+        ax.legend(fontsize=8)
+        fig.tight_layout(); fig.savefig(out_dir / "activations.png", dpi=110); plt.close(fig)
+        out.append(("activations.png", "ReLU / GELU / SiLU of the suite's FFN (lines) and the published values (x)."))
+    deep = metrics[metrics["metric"] == "copy_task_final_loss_ratio"].copy()
+    if len(deep):
+        deep["stack"] = deep["sweep"].map(lambda s: f"{s['stack']} ({s['layers']} layers)")
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        sns.barplot(data=deep, x="stack", y="value", ax=ax, errorbar=("pi", 100), color="steelblue")
+        ax.axhline(1.0, color="gray", ls="--", lw=1)
+        ax.set_ylabel("final loss / ln(vocab)")
+        ax.set_xlabel("")
+        fig.tight_layout(); fig.savefig(out_dir / "deep_stack.png", dpi=110); plt.close(fig)
+        out.append(("deep_stack.png", "Copy task: final training loss relative to chance; 1 = nothing learned."))
+    return out

@@ -1,0 +1,88 @@
+"""Config validation, results records and the report pages."""
+import json
+
+import pandas as pd
+import pytest
+
+from repro import config, registry
+from repro.bench import records
+from repro.bench.fingerprint import hardware_id, slug
+
+
+def test_every_claim_config_validates_at_every_scale():
+    for name in config.available_sections():
+        for scale in config.SCALES:
+            params = config.section(name, scale)
+            assert isinstance(params, dict) and params
+
+
+def test_unknown_and_bad_keys_are_named():
+    with pytest.raises(config.ConfigError, match="scale"):
+        config.section("block_numerics", "huge")
+    with pytest.raises(config.ConfigError, match=r"deep_stack\.bogus"):
+        config.section("block_numerics", "tiny", {"block_numerics": {"deep_stack": {"bogus": 1}}})
+    with pytest.raises(config.ConfigError, match=r"deep_stack\.steps"):
+        config.section("block_numerics", "tiny", {"block_numerics": {"deep_stack": {"steps": -1}}})
+    with pytest.raises(config.ConfigError, match="no such claim"):
+        config.section("not_a_claim", "tiny")
+    with pytest.raises(config.ConfigError, match="unknown claim id"):
+        config.load_run_config({"claims": ["nope"]})
+
+
+def test_defaults_filled():
+    params = config.section("param_accounting", "tiny")
+    assert params["rounded_rel_tolerance"] > 0
+    run = config.load_run_config({})
+    assert run["scale"] == "default" and run["claims"] == registry.claim_ids()
+
+
+def test_write_results_atomic_and_complete(tmp_path):
+    rows = [records.metric("param_accounting", "total", 123, "params", published_key="llama7b_total_params", model="m"),
+            records.metric("param_accounting", "share_ffn", 64.0, "percent", model="m", seed=1)]
+    v = records.verdict_from_checks("param_accounting", [records.check("a", True, "1", "1"),
+                                                         records.check("b", False, "2", "3")], "default")
+    assert v["verdict"] == "partially" and "failing: b" in v["reason"]
+    fp = {"hardware_id": "hw-a", "git": {"commit": "abc"}, "timestamp": "t", "hardware": {}, "software": {}}
+    records.write_results(tmp_path, claim="param_accounting", scale="default", metrics=rows, verdict=v,
+                          config={"x": 1}, fingerprint=fp)
+    assert not list(tmp_path.glob(".*tmp"))
+    frame = records.read_metrics(tmp_path)
+    assert frame.loc[0, "published_value"] == 6738415616 and "Touvron" in frame.loc[0, "source"]
+    assert frame.loc[1, "sweep"] == {"model": "m", "seed": 1} and frame.loc[1, "sweep.seed"] == 1
+    saved = json.loads((tmp_path / "verdict.json").read_text())
+    assert saved["hardware"] == "hw-a" and saved["commit"] == "abc" and saved["verdict"] == "partially"
+    assert json.loads((tmp_path / "fingerprint.json").read_text())["config_hash"]
+
+
+def test_verdict_rules():
+    ok = records.check("x", True, "1", "1")
+    bad = records.check("y", False, "0", "1")
+    assert records.verdict_from_checks("c", [ok], "default")["verdict"] == "reproduced"
+    assert records.verdict_from_checks("c", [bad], "default")["verdict"] == "not_reproduced"
+    assert records.verdict_from_checks("c", [ok, bad], "tiny")["verdict"] == "not_applicable"
+    with pytest.raises(ValueError):
+        records.verdict("c", "maybe", "")
+
+
+def test_hardware_id(monkeypatch):
+    monkeypatch.delenv("REPRO_HARDWARE_ID", raising=False)
+    assert hardware_id({"name": "NVIDIA H200", "count": 1}) == "gpu-nvidia-h200"
+    assert hardware_id({"name": "NVIDIA H100 80GB HBM3", "count": 8}) == "gpu-nvidia-h100-80gb-hbm3x8"
+    assert slug("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz") == "intel-xeon-platinum-8481c"
+    assert hardware_id(None).startswith("cpu-")
+
+
+def test_claim_page_and_index(tmp_path):
+    from repro.claims import param_accounting
+    from repro.report.pages import claim_page, index_page
+
+    params = config.section("param_accounting", "tiny")
+    res = tmp_path / "results/hw/tiny/param_accounting"
+    rows, v = param_accounting.run(params, "tiny", res)
+    records.write_results(res, claim="param_accounting", scale="tiny", metrics=rows, verdict=v, config=params)
+    page = claim_page("param_accounting", res, tmp_path / "reports/hw/tiny/param_accounting.md",
+                      tmp_path / "reports/hw/tiny/param_accounting")
+    text = page.read_text()
+    assert "6,738,415,616" in text and "not_applicable" in text
+    idx = index_page(tmp_path / "results", tmp_path / "reports", "hw", "tiny", tmp_path / "index.md").read_text()
+    assert "param_accounting" in idx and "not_implemented: " + str(len(registry.claim_ids()) - 1) in idx

@@ -1,0 +1,73 @@
+"""The Snakemake workflow: lint, dry run at the default scale, bad input, and a tiny end-to-end run."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+
+
+def smk(*args, cwd=ROOT, timeout=600):
+    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_lint_clean():
+    r = smk("--lint")
+    assert r.returncode == 0 and "Congratulations" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_dry_run_reproduce_all_default(tmp_path):
+    r = smk("reproduce_all", "-n", "--directory", str(tmp_path), "--cores", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    for claim in ("param_accounting", "block_numerics"):
+        assert claim in out
+    assert "index" in out
+
+
+@pytest.mark.parametrize("config, message", [
+    (["scale=huge"], "scale"),
+    (["claims=[bogus]"], "unknown claim id 'bogus'"),
+    (["hardware=Bad Id!"], "hardware"),
+    (["overrides={block_numerics: {deep_stack: {steps: 0}}}"], "deep_stack.steps"),
+    (["overrides={nonexistent: {a: 1}}"], "overrides.nonexistent"),
+])
+def test_bad_config_names_the_key(tmp_path, config, message):
+    r = smk("-n", "--directory", str(tmp_path), "--config", *config)
+    assert r.returncode != 0
+    assert "invalid configuration" in r.stdout + r.stderr and message in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_tiny_end_to_end(tmp_path):
+    """reproduce_all at scale tiny in a scratch directory, then rerun one claim alone."""
+    cfg = ["scale=tiny", "hardware=test-hw"]
+    r = smk("reproduce_all", "--cores", "2", "--directory", str(tmp_path), "--config", *cfg, timeout=1500)
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
+    index = (tmp_path / "reports/test-hw/tiny/index.md").read_text()
+    from repro import registry
+    for claim in registry.claim_ids():
+        assert claim in index  # every registered claim is listed, built or not
+    res = tmp_path / "results/test-hw/tiny"
+    for claim in ("param_accounting", "block_numerics"):
+        verdict = json.loads((res / claim / "verdict.json").read_text())
+        assert verdict["verdict"] == "not_applicable"  # tiny never claims a verdict
+        fp = json.loads((res / claim / "fingerprint.json").read_text())
+        assert fp["hardware_id"] == "test-hw" or fp["hardware"]["cpu"]
+        assert fp["software"]["torch"] and "commit" in fp["git"] and fp["config_hash"]
+        frame = pd.read_csv(res / claim / "metrics.csv")
+        assert {"claim", "metric", "unit", "value", "sweep", "published_value", "source"} <= set(frame.columns)
+        page = (tmp_path / f"reports/test-hw/tiny/{claim}.md").read_text()
+        assert "Verdict" in page and "Measured beside published" in page
+        assert list((tmp_path / f"reports/test-hw/tiny/{claim}").glob("*.png"))
+    # rerun exactly one claim: only its experiment and page are redone
+    before = (res / "block_numerics/verdict.json").stat().st_mtime_ns
+    r = smk("claim_param_accounting", "--cores", "2", "--directory", str(tmp_path), "--config", *cfg,
+            "--forcerun", "param_accounting")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "block_numerics" not in "".join(l for l in (r.stdout + r.stderr).splitlines(True) if l.startswith("rule "))
+    assert (res / "block_numerics/verdict.json").stat().st_mtime_ns == before
