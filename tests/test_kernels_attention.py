@@ -226,3 +226,15 @@ def test_attention_flop_model():
     assert attention_flops(b, h, n, n, d, False, "fwd") == 2 * (2 * b * h * n * n * d)  # QK^T and PV
     assert attention_flops(b, h, n, n, d, True, "fwd") == 4 * b * h * (n * (n + 1) / 2) * d
     assert attention_flops(b, h, n, n, d, False, "fwd_bwd") == 3.5 * attention_flops(b, h, n, n, d, False, "fwd")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_sizes_default_tiles(causal, head_dim):
+    """Benchmark-like sizes with the GPU launch configuration (128x64 forward tiles, 32x128 / 128x32
+    backward tiles): many tiles per row, a tail (1000 is not a multiple of 64 or 128), the causal
+    split on the diagonal. Too slow for the interpreter, so CUDA only."""
+    _skip_unless_runnable("cuda")
+    q, k, v = _inputs("cuda", torch.bfloat16, 2, 4, 4, 1000, 1000, head_dim, seed=8)
+    _check(q, k, v, torch.bfloat16, None, causal=causal)

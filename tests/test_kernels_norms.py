@@ -181,3 +181,16 @@ def test_norm_byte_model_and_targets():
     assert got == {"rmsnorm_fraction_of_copy_bandwidth": (0.9, True),
                    "rmsnorm_speedup_vs_eager": (2.5, True),
                    "rmsnorm_speedup_vs_compile": (0.9, False)}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+def test_gpu_many_rows(kind):
+    """Benchmark-like size: many rows per persistent backward program, so the per-program weight
+    gradient accumulation over a band of rows is exercised. CUDA only (slow in the interpreter)."""
+    _skip_unless_runnable("cuda")
+    torch.manual_seed(2)
+    x = torch.randn(8192, 4096, device="cuda").to(torch.bfloat16)
+    w = (torch.rand(4096, device="cuda") + 0.5).to(torch.bfloat16)
+    b = torch.randn(4096, device="cuda").to(torch.bfloat16) if kind == "ln" else None
+    _check(kind, x, w, b, 1e-5, torch.bfloat16)

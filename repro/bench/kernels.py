@@ -536,7 +536,8 @@ def main(argv=None) -> int:
     except ImportError:
         pass
     from repro.kernels import interpreter_enabled
-    fp["kernels"] = {"device": device.type, "triton_interpreter": interpreter_enabled(), "quick": args.quick}
+    fp["kernels"] = {"device": device.type, "triton_interpreter": interpreter_enabled(), "quick": args.quick,
+                     "torch_threads": torch.get_num_threads()}
     norm_cfg, attn_cfg = preset(device.type, args.quick)
     fp["kernels"]["sweeps"] = {"norms": dataclasses.asdict(norm_cfg), "attention": dataclasses.asdict(attn_cfg)}
     atomic_write_json(out / "fingerprint.json", fp)
