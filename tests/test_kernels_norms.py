@@ -194,3 +194,23 @@ def test_gpu_many_rows(kind):
     w = (torch.rand(4096, device="cuda") + 0.5).to(torch.bfloat16)
     b = torch.randn(4096, device="cuda").to(torch.bfloat16) if kind == "ln" else None
     _check(kind, x, w, b, 1e-5, torch.bfloat16)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the interpreter switch of a CPU-only machine")
+def test_import_switches_interpreter_on_cpu():
+    """`import repro.kernels` turns the interpreter on where there is no GPU, but respects an explicit
+    TRITON_INTERPRET=0 (then the kernels raise TritonUnavailable with the reason)."""
+    import os
+    import subprocess
+    import sys
+    code = ("import os, torch, repro.kernels as K\n"
+            "print(os.environ.get('TRITON_INTERPRET'), K.triton_available())\n"
+            "try:\n    K.rms_norm(torch.randn(2, 8), None, 1e-6); print('ran')\n"
+            "except K.TritonUnavailable as e:\n    print('unavailable')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    base["PYTHONPATH"] = root + os.pathsep + base.get("PYTHONPATH", "")
+    run = lambda env: subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                     timeout=120, cwd=root).stdout.split()
+    assert run(base) == ["1", "True", "ran"]
+    assert run({**base, "TRITON_INTERPRET": "0"}) == ["0", "False", "unavailable"]

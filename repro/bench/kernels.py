@@ -527,7 +527,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sweep (smoke run)")
     ap.add_argument("--only", choices=("norms", "attention"), help="run one sweep only")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    ap.add_argument("--threads", type=int, help="torch intra-op threads (CPU; default: torch's choice)")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = _device(args.device)
     out = Path(args.out)
     fp = fingerprint()
