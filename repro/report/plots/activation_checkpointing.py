@@ -1,0 +1,99 @@
+"""C8 plots: saved bytes term by term beside Korthikanti Eq. 1, memory vs depth and sequence length per checkpoint
+policy (Chen et al. 2016), and the time overhead of each policy."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+PUBLISHED = {("attention", "sbh"): 11, ("mlp", "sbh"): 19, ("norms", "sbh"): 4, ("total", "sbh"): 34,
+             ("total", "score"): 5, ("attention", "score"): 5}
+
+
+def _col(frame, key):
+    return frame["sweep"].map(lambda s: s.get(key))
+
+
+def _terms(metrics, out_dir):
+    m = metrics[(metrics["metric"] == "saved_coeff_16bit")].copy()
+    if not len(m):
+        return None
+    for k in ("backend", "dtype", "dropout", "policy", "section", "kind"):
+        m[k] = _col(m, k)
+    m = m[(m["policy"] == "none") & (m["section"] != "total") & (m["dtype"] == m["dtype"].iloc[0])]
+    m["term"] = m["section"] + np.where(m["kind"] == "score", " (as^2b)", " (sbh)")
+    m["setting"] = m["backend"] + ", dropout " + m["dropout"].astype(str)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    sns.barplot(data=m, x="term", y="value", hue="setting", ax=ax)
+    for i, label in enumerate(ax.get_xticklabels()):
+        sec, kind = label.get_text().split(" (")
+        pub = PUBLISHED.get((sec, "score" if kind.startswith("as") else "sbh"))
+        if pub is not None:
+            ax.plot([i - 0.4, i + 0.4], [pub, pub], color="black", lw=2)
+    ax.set_ylabel("bytes / sbh  or  / as^2b (16-bit convention)")
+    ax.set_xlabel(f"term ({m['dtype'].iloc[0]} run; black bar: Korthikanti Eq. 1)")
+    ax.legend(fontsize=7)
+    fig.tight_layout(); fig.savefig(out_dir / "terms.png", dpi=110); plt.close(fig)
+    return ("terms.png", "Per-layer saved activations by term, in the paper's convention (2 bytes per float element, "
+            "1 byte per dropout-mask element), beside Korthikanti's 11sbh + 5as^2b (attention), 19sbh (MLP), 4sbh "
+            "(norms; black bars). The as^2b term exists only for the math backend.")
+
+
+def _sweep(metrics, out_dir, axis, name, caption):
+    m = metrics[metrics["metric"].isin(["peak_bytes_fwd_bwd", "retained_bytes_after_forward"])].copy()
+    m = m[_col(m, "axis") == axis]
+    if not len(m):
+        return None
+    for k in ("backend", "policy", axis):
+        m[k] = _col(m, k)
+    m["MiB"] = m["value"] / 2**20
+    m["measure"] = m["metric"].map({"peak_bytes_fwd_bwd": "peak in fwd+bwd",
+                                    "retained_bytes_after_forward": "kept after forward"})
+    m["series"] = m["policy"] + (" / " + m["backend"] if m["backend"].nunique() > 1 else "")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharex=True)
+    for ax, meas in zip(axes, ("peak in fwd+bwd", "kept after forward")):
+        d = m[(m["measure"] == meas) & (m["MiB"] > 0)]
+        sns.lineplot(data=d, x=axis, y="MiB", hue="series", marker="o", ax=ax)
+        ax.set_xscale("log"); ax.set_yscale("log"); ax.set_title(meas, fontsize=9)
+        if axis == "depth" and len(d):
+            x = np.array(sorted(d[axis].unique()), dtype=float)
+            y0 = d["MiB"].min()
+            ax.plot(x, y0 * (x / x[0]) ** 0.5, ls=":", color="gray", label="slope 1/2")
+            ax.plot(x, y0 * (x / x[0]), ls="--", color="gray", label="slope 1")
+        ax.legend(fontsize=7)
+    fig.tight_layout(); fig.savefig(out_dir / name, dpi=110); plt.close(fig)
+    return (name, caption)
+
+
+def _time(metrics, out_dir):
+    m = metrics[metrics["metric"] == "time_overhead"].copy()
+    if not len(m):
+        return None
+    m["policy"] = _col(m, "policy")
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.bar(m["policy"], m["value"], yerr=m["spread"].fillna(0) / 2, color="steelblue", label="measured")
+    pred = metrics[metrics["metric"] == "predicted_overhead_one_forward"]
+    if len(pred):
+        ax.axhline(float(pred["value"].iloc[0]), color="gray", ls="--", label="one extra forward (measured t_fwd)")
+    pub = m.dropna(subset=["published_value"])
+    ax.scatter(pub["policy"], pd.to_numeric(pub["published_value"]), marker="x", color="black", zorder=5,
+               label="Korthikanti Table 4 (22B)")
+    ax.axhline(30, color="black", ls=":", lw=1, label="Chen: ~30%")
+    ax.set_ylabel("fwd+bwd time overhead vs none (%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout(); fig.savefig(out_dir / "time_overhead.png", dpi=110); plt.close(fig)
+    return ("time_overhead.png", "Median paired time overhead of each policy over no checkpointing (bars: IQR/2), "
+            "the one-extra-forward prediction, and the published overheads.")
+
+
+def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+    out = [_terms(metrics, out_dir),
+           _sweep(metrics, out_dir, "depth", "memory_vs_depth.png",
+                  "Activation memory vs depth n per policy (log-log): peak during forward+backward (left) and what "
+                  "the forward keeps (right); dotted slope 1/2 (Chen's sqrt(n)), dashed slope 1."),
+           _sweep(metrics, out_dir, "seq_len", "memory_vs_seq.png",
+                  "Activation memory vs sequence length per policy and attention backend (log-log): math attention "
+                  "keeps the as^2b scores, SDPA does not."),
+           _time(metrics, out_dir)]
+    return [o for o in out if o]

@@ -1,0 +1,103 @@
+"""activation_checkpointing (C8): tiny run end to end, the saved-bytes accounting, and the verdict rule."""
+import pytest
+import torch
+
+from repro import config
+from repro.claims import activation_checkpointing as ac
+from repro.claims.activation_checkpointing import judge, loglog_slope, run
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    params = config.section("activation_checkpointing", "tiny")
+    rows, verdict = run(params, "tiny", tmp_path_factory.mktemp("ac"))
+    return params, rows, verdict
+
+
+def _coef(rows, **sweep):
+    hits = [r["value"] for r in rows if r["metric"] == "saved_coeff_16bit"
+            and all(r["sweep"].get(k) == v for k, v in sweep.items())]
+    assert len(hits) == 1, sweep
+    return hits[0]
+
+
+def test_tiny_run_shapes(tiny):
+    params, rows, verdict = tiny
+    assert verdict["verdict"] == "not_applicable"
+    names = {r["metric"] for r in rows}
+    assert {"saved_coeff_16bit", "peak_bytes_fwd_bwd", "retained_bytes_after_forward", "time_overhead",
+            "loglog_slope_peak_bytes_fwd_bwd"} <= names
+    assert all(r["value"] is not None for r in rows)
+
+
+def test_terms_match_korthikanti_exactly_in_the_formula_setting(tiny):
+    """fp32 run in the 16-bit convention, math attention, dropout on: 11/19/4 sbh and 5 as^2b.
+
+    The norms carry the fp32 mean and rstd on top (2 LNs x 2 x 4 bytes x sb -> 8/h sbh in the convention)."""
+    params, rows, _ = tiny
+    h = params["block"]["d_model"]
+    f = dict(backend="math", dtype="float32", dropout=0.1, policy="none")
+    assert _coef(rows, section="attention", kind="sbh", **f) == pytest.approx(11, abs=0.05)  # + the per-head gate buffer
+    assert _coef(rows, section="mlp", kind="sbh", **f) == pytest.approx(19)
+    assert _coef(rows, section="norms", kind="sbh", **f) == pytest.approx(4 + 8 / h)
+    assert _coef(rows, section="total", kind="score", **f) == pytest.approx(5)
+    assert _coef(rows, section="total", kind="sbh", policy="full", backend="math", dtype="float32",
+                 dropout=0.1) == pytest.approx(2)
+    assert not [r for r in rows if r["metric"] == "saved_coeff_16bit" and r["sweep"].get("backend") == "sdpa"
+                and r["sweep"].get("kind") == "score"]
+
+
+def test_sqrt_checkpointing_keeps_fewer_bytes_than_none():
+    blk = {"d_model": 16, "n_heads": 2, "d_ff": 32}
+    kept = {}
+    for pol in ("none", "full", "sqrt"):
+        st = ac.build_stack(blk, 9, pol, 2, torch.float32, "cpu")
+        x0, _ = ac._inputs(1, 4, 16, torch.float32, "cpu")
+        kept[pol] = ac.retained_bytes(st, x0)
+    assert kept["sqrt"] * 2 < kept["full"] < kept["none"]
+    assert kept["full"] == 9 * 4 * 16 * 4  # each layer keeps exactly its fp32 input
+    assert kept["sqrt"] == 3 * 4 * 16 * 4  # three segments of three
+
+
+def test_loglog_slope():
+    assert loglog_slope([1, 4, 16], [3, 6, 12]) == pytest.approx(0.5)
+    assert loglog_slope([2, 4, 8], [5, 10, 20]) == pytest.approx(1.0)
+
+
+def _rows(total=34.06, score=5.0, full=2.0, sel=34.06, sdpa_score=None, slope_sqrt=0.5, slope_none=1.0,
+          over_full=33.0, over_sel=5.0, pred=30.0):
+    def coef(value, section, kind, policy="none", backend="math"):
+        return {"metric": "saved_coeff_16bit", "value": value, "sweep": dict(
+            backend=backend, dtype="float32", dropout=0.1, policy=policy, section=section, kind=kind)}
+    rows = [coef(11.0, "attention", "sbh"), coef(19.0, "mlp", "sbh"), coef(4.06, "norms", "sbh"),
+            coef(total, "total", "sbh"), coef(score, "total", "score"), coef(full, "total", "sbh", "full"),
+            coef(sel, "total", "sbh", "selective"), coef(36.1, "total", "sbh", backend="sdpa")]
+    if sdpa_score is not None:
+        rows.append(coef(sdpa_score, "total", "score", backend="sdpa"))
+    rows += [{"metric": "loglog_slope_peak_bytes_fwd_bwd", "value": v, "sweep": {"axis": "depth", "policy": p}}
+             for p, v in (("sqrt", slope_sqrt), ("none", slope_none))]
+    rows += [{"metric": "time_overhead", "value": v, "sweep": {"policy": p}}
+             for p, v in (("full", over_full), ("selective", over_sel))]
+    rows.append({"metric": "predicted_overhead_one_forward", "value": pred, "sweep": {}})
+    return rows
+
+
+PARAMS = {"tolerance": {"coeff_rel": 0.05, "sqrt_slope": [0.3, 0.7], "none_slope": [0.85, 1.15],
+                        "overhead_abs_pct": 15, "selective_fraction_of_full": 0.5}}
+
+
+def test_judge_reproduced_on_good_rows():
+    assert judge(_rows(), PARAMS, "default")["verdict"] == "reproduced"
+
+
+@pytest.mark.parametrize("bad", [dict(total=40.0), dict(score=8.0), dict(full=34.0), dict(sel=40.0),
+                                 dict(sdpa_score=5.0), dict(slope_sqrt=0.95), dict(slope_none=0.5),
+                                 dict(over_full=90.0), dict(over_sel=30.0)])
+def test_judge_flips_on_a_wrong_result(bad):
+    v = judge(_rows(**bad), PARAMS, "default")
+    assert v["verdict"] == "partially"
+    assert sum(c["passed"] is False for c in v["checks"]) >= 1
+
+
+def test_judge_tiny_is_not_applicable():
+    assert judge(_rows(), PARAMS, "tiny")["verdict"] == "not_applicable"
