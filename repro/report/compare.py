@@ -1,0 +1,515 @@
+"""Compare hardware: every machine's timing and memory numbers beside the paper's (issue 8).
+
+Gathers every hardware id found under ``results/`` (layout ``results/<hardware>/<scale>/<claim>/`` with
+metrics.csv, verdict.json and fingerprint.json written by :mod:`repro.bench.records`) and writes, for each claim
+that has timing or memory metrics, one markdown table and one seaborn plot under ``reports/compare/<scale>/``:
+
+- the paper's number and the hardware it was measured on (``published_value`` of the metrics rows; the hardware
+  from the registry's ``hardware`` field, :mod:`repro.registry`);
+- each measured hardware's value, joined by (claim, metric, sweep);
+- the ratio of each machine to the paper (only where the units agree or convert, e.g. s -> ms) and to the
+  reference machine (``--reference``, default the first hardware id in sorted order);
+- the software behind each machine's numbers (torch, triton, CUDA, driver, python from fingerprint.json), with
+  the fields that differ from the reference machine named beside every row that compares them.
+
+A machine without results for a claim shows ``missing`` (never 0); a machine that ran the claim but has no row
+for that metric/setting shows ``not measured``; a row whose value is empty (e.g. a provider skipped on CPU) shows
+``n/a``. Which rows count as timing or memory is decided from the unit and metric name by :func:`is_perf_row`.
+
+    python -m repro.report.compare --results results --scale default --out reports/compare/default [--reference ID]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from repro import registry
+from repro.bench.records import atomic_write_text, read_metrics
+
+log = logging.getLogger("repro.compare")
+
+MISSING, NOT_MEASURED, NOT_AVAILABLE = "missing", "not measured", "n/a"
+
+# Units convertible to a base unit (seconds, bytes); measured and published values are compared through these.
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
+MEMORY_UNITS = {"b": 1.0, "bytes": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+                "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30, "tib": 2.0**40}
+# Rates: anything per second (GB/s, TFLOP/s, tokens/s, ...) and the FLOPS spellings.
+RATE_RE = re.compile(r"^[\w.]+\s*/\s*s$|^[gtp]?flops$", re.IGNORECASE)
+# Time per unit of work ("s/1k steps", "ms/step", "s/epoch").
+TIME_PER_RE = re.compile(r"^(ns|us|µs|ms|s|min|h)\s*/\s*\S", re.IGNORECASE)
+# Dimensionless rows (ratio, x, percent) count only when the metric name says they are about time or memory
+# ("ratio of times", "percent reduction" of time or memory); a memory unit counts only for measured memory.
+DIMENSIONLESS = {"ratio", "x", "percent", "%", "fraction"}
+PERF_NAME_RE = re.compile(r"time|speed|latency|throughput|mem|peak|bandwidth|overhead|reduction|flops|mfu|"
+                          r"utili[sz]ation|gbps|tflops|faster|slower|runtime|_ms\b|_s\b", re.IGNORECASE)
+MEMORY_NAME_RE = re.compile(r"mem|peak|alloc|activation|footprint|rss|cache|hbm|traffic", re.IGNORECASE)
+SOFTWARE_FIELDS = ("torch", "triton", "cuda", "driver", "python")
+MAX_SETTINGS = 40  # bars per plot panel; the table always has every row
+
+
+def _unit_key(unit) -> str:
+    return str(unit).strip().lower() if isinstance(unit, str) else ""
+
+
+def is_perf_row(metric: str, unit) -> bool:
+    """Whether a metrics row is a timing or memory number (what hardware comparisons are about)."""
+    u = _unit_key(unit)
+    if not u:
+        return False
+    if u in TIME_UNITS or RATE_RE.match(u) or TIME_PER_RE.match(u):
+        return True
+    if u in MEMORY_UNITS:
+        return bool(MEMORY_NAME_RE.search(metric))
+    if u in DIMENSIONLESS or u.startswith("percent"):
+        return bool(PERF_NAME_RE.search(metric))
+    return False
+
+
+def convert(value: float, unit_from, unit_to) -> float | None:
+    """``value`` in ``unit_from`` expressed in ``unit_to``; None when the units are not the same kind."""
+    a, b = _unit_key(unit_from), _unit_key(unit_to)
+    if a == b and a:
+        return value
+    for table in (TIME_UNITS, MEMORY_UNITS):
+        if a in table and b in table:
+            return value * table[a] / table[b]
+    return None
+
+
+def _number(v) -> float | None:
+    """A finite float from a CSV cell, else None (lists such as "[1, 2]" and text are not numbers)."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def software(fp: dict) -> dict:
+    """torch, triton, CUDA, driver and python versions from a fingerprint.json (None where absent)."""
+    sw = fp.get("software") or {}
+    acc = (fp.get("hardware") or {}).get("accelerator") or {}
+    return {"torch": sw.get("torch"), "triton": sw.get("triton"), "cuda": acc.get("cuda"),
+            "driver": acc.get("driver"), "python": sw.get("python")}
+
+
+def software_diff(a: dict, b: dict) -> list[str]:
+    """Names of the software fields that differ between two :func:`software` dicts."""
+    return [k for k in SOFTWARE_FIELDS if (a.get(k) or None) != (b.get(k) or None)]
+
+
+def describe_differences(by_hw: dict[str, dict]) -> str:
+    """'torch: 2.13.0+cpu vs 2.5.1; cuda: none vs 12.4' for the fields that differ between the machines given
+    (values in the order of ``by_hw``); empty when fewer than two machines or nothing differs."""
+    if len(by_hw) < 2:
+        return ""
+    sws = list(by_hw.values())
+    fields = [f for f in SOFTWARE_FIELDS if len({s.get(f) or None for s in sws}) > 1]
+    return "; ".join(f"{f}: " + " vs ".join(str(s.get(f) or "none") for s in sws) for f in fields)
+
+
+@dataclass
+class Results:
+    """Everything found under ``results/*/<scale>/``: per (hardware, claim) metrics, fingerprint and verdict."""
+    scale: str
+    hardware: list[str] = field(default_factory=list)
+    metrics: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)
+    fingerprints: dict[tuple[str, str], dict] = field(default_factory=dict)
+    verdicts: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+    def claims(self) -> list[str]:
+        found = {c for _, c in self.metrics}
+        known = [c for c in registry.claim_ids() if c in found]
+        return known + sorted(found - set(known))
+
+
+def discover(results_root: str | Path, scale: str) -> Results:
+    """Read every ``<results_root>/<hardware>/<scale>/<claim>/`` that holds a verdict.json (a complete folder).
+
+    Folders whose name starts with ``_`` (``_models``, ``_work``, ``_gpu_check``) are not hardware or claims.
+    A folder with a verdict but an unreadable metrics.csv or fingerprint.json raises naming the file."""
+    root = Path(results_root)
+    res = Results(scale=scale)
+    if not root.is_dir():
+        log.warning("results folder %s does not exist; nothing to compare", root)
+        return res
+    for hw_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
+        scale_dir = hw_dir / scale
+        if not scale_dir.is_dir():
+            continue
+        claims = sorted(p for p in scale_dir.iterdir()
+                        if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "verdict.json").exists())
+        if not claims:
+            continue
+        res.hardware.append(hw_dir.name)
+        for cdir in claims:
+            key = (hw_dir.name, cdir.name)
+            for name in ("metrics.csv", "fingerprint.json"):
+                if not (cdir / name).exists():
+                    raise FileNotFoundError(f"{cdir / name}: missing beside {cdir / 'verdict.json'}")
+            try:
+                res.metrics[key] = read_metrics(cdir)
+                res.fingerprints[key] = json.loads((cdir / "fingerprint.json").read_text())
+                res.verdicts[key] = json.loads((cdir / "verdict.json").read_text())
+            except (ValueError, KeyError, pd.errors.ParserError) as exc:
+                raise ValueError(f"{cdir}: unreadable results ({exc})") from exc
+    return res
+
+
+def _sweep_key(sweep) -> str:
+    return json.dumps(sweep if isinstance(sweep, dict) else {}, sort_keys=True, default=str)
+
+
+def _sweep_text(key: str) -> str:
+    return ", ".join(f"{k}={v}" for k, v in json.loads(key).items())
+
+
+def _paper_hardware(claim: str, published_key) -> str | None:
+    if not isinstance(published_key, str) or not published_key:
+        return None
+    try:
+        return registry.published(claim, published_key).get("hardware")
+    except KeyError:
+        return None
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return ""
+    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        return f"{v:.3e}"
+    return f"{v:.4g}"
+
+
+def _fmt_ratio(v: float | None) -> str:
+    return "" if v is None else f"{v:.3g}x"
+
+
+def long_frame(results: Results, claim: str) -> pd.DataFrame:
+    """The claim's timing/memory rows of every machine, one row per (hardware, metric, sweep).
+
+    Duplicate (metric, sweep) rows of one machine are reduced to their median (with a warning)."""
+    parts = []
+    for hw in results.hardware:
+        m = results.metrics.get((hw, claim))
+        if m is None or not len(m):
+            continue
+        m = m[[is_perf_row(str(name), unit) for name, unit in zip(m["metric"], m["unit"])]]
+        if not len(m):
+            continue
+        part = pd.DataFrame({
+            "hardware": hw, "metric": m["metric"].astype(str), "sweep": m["sweep"].map(_sweep_key),
+            "unit": m["unit"].astype(str), "value": m["value"].map(_number),
+            "published_key": m.get("published_key", pd.Series([None] * len(m), index=m.index)),
+            "published_value": m.get("published_value", pd.Series([None] * len(m), index=m.index)),
+            "published_unit": m.get("published_unit", pd.Series([None] * len(m), index=m.index)),
+        })
+        dup = part.duplicated(["metric", "sweep"], keep=False)
+        if dup.any():
+            log.warning("%s/%s: %d rows share a (metric, sweep); their median is compared", hw, claim, int(dup.sum()))
+            part = part.groupby(["hardware", "metric", "sweep", "unit"], as_index=False, dropna=False, sort=False).agg(
+                value=("value", lambda s: None if s.dropna().empty else float(s.dropna().median())),
+                published_key=("published_key", "first"), published_value=("published_value", "first"),
+                published_unit=("published_unit", "first"))
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame(columns=["hardware", "metric", "sweep", "unit", "value", "published_key",
+                                     "published_value", "published_unit"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def compare_table(results: Results, claim: str, reference: str | None = None) -> pd.DataFrame:
+    """The wide comparison table of one claim (cells are display strings; see the module docstring).
+
+    Columns: metric, setting, unit, paper, paper hardware, one column per hardware, ``<hw> / paper`` for each
+    hardware, ``<hw> / <reference>`` for every other hardware, and ``software differs`` (the fields of torch,
+    triton, CUDA, driver, python that differ between the machines compared in that row)."""
+    hws = list(results.hardware)
+    ref = reference if reference in hws else (hws[0] if hws else None)
+    frame = long_frame(results, claim)
+    sw = {hw: software(results.fingerprints[(hw, claim)]) for hw in hws if (hw, claim) in results.fingerprints}
+    keys = list(dict.fromkeys(zip(frame["metric"], frame["sweep"])))
+    rows = []
+    for metric, sweep in keys:
+        sel = frame[(frame["metric"] == metric) & (frame["sweep"] == sweep)]
+        unit = sel["unit"].iloc[0]
+        pub_rows = sel[sel["published_value"].notna()]
+        pub_val = pub_unit = pub_hw = None
+        pub_text = ""
+        if len(pub_rows):
+            p = pub_rows.iloc[0]
+            pub_val, pub_unit = _number(p["published_value"]), p["published_unit"]
+            pub_text = (_fmt(pub_val) if pub_val is not None else str(p["published_value"]))
+            if isinstance(pub_unit, str) and pub_unit and _unit_key(pub_unit) != _unit_key(unit):
+                pub_text += f" {pub_unit}"
+            pub_hw = _paper_hardware(claim, p["published_key"])
+        row = {"metric": metric, "setting": _sweep_text(sweep), "unit": unit, "paper": pub_text,
+               "paper hardware": pub_hw or ("" if not pub_text else "not stated")}
+        values: dict[str, float | None] = {}
+        for hw in hws:
+            if (hw, claim) not in results.metrics:
+                row[hw] = MISSING
+                continue
+            hit = sel[sel["hardware"] == hw]
+            if not len(hit):
+                row[hw] = NOT_MEASURED
+                continue
+            v = _number(hit["value"].iloc[0])
+            hw_unit = hit["unit"].iloc[0]
+            if v is not None and _unit_key(hw_unit) != _unit_key(unit):
+                conv = convert(v, hw_unit, unit)
+                if conv is None:
+                    row[hw] = f"{_fmt(v)} {hw_unit}"
+                    continue
+                v = conv
+            values[hw] = v
+            row[hw] = NOT_AVAILABLE if v is None else _fmt(v)
+        for hw in hws:
+            v = values.get(hw)
+            ratio = None
+            if v is not None and pub_val not in (None, 0) and isinstance(pub_unit, str):
+                in_pub_unit = convert(v, unit, pub_unit)
+                if in_pub_unit is not None:
+                    ratio = in_pub_unit / pub_val
+            row[f"{hw} / paper"] = _fmt_ratio(ratio)
+        for hw in hws:
+            if hw == ref:
+                continue
+            a, b = values.get(hw), values.get(ref)
+            row[f"{hw} / {ref}"] = _fmt_ratio(a / b if a is not None and b not in (None, 0) else None)
+        compared = [hw for hw in hws if values.get(hw) is not None and hw in sw]
+        row["software differs"] = describe_differences({hw: sw[hw] for hw in compared})
+        rows.append(row)
+    columns = (["metric", "setting", "unit", "paper", "paper hardware", *hws, *[f"{hw} / paper" for hw in hws],
+                *[f"{hw} / {ref}" for hw in hws if hw != ref], "software differs"])
+    table = pd.DataFrame(rows, columns=columns)
+    # Drop ratio-to-paper columns that are empty in every row (claims without comparable published numbers).
+    empty = [c for c in table.columns if c.endswith(" / paper") and not table[c].astype(bool).any()]
+    return table.drop(columns=empty)
+
+
+def software_table(results: Results, claim: str, reference: str | None = None) -> pd.DataFrame:
+    """One row per hardware: the software behind its numbers, the fields differing from the reference machine."""
+    hws = list(results.hardware)
+    ref = reference if reference in hws else (hws[0] if hws else None)
+    ref_sw = software(results.fingerprints[(ref, claim)]) if (ref, claim) in results.fingerprints else None
+    rows = []
+    for hw in hws:
+        fp = results.fingerprints.get((hw, claim))
+        if fp is None:
+            rows.append({"hardware": hw, **{k: MISSING for k in SOFTWARE_FIELDS}, "commit": "", "measured": "",
+                         "verdict": MISSING, f"differs from {ref}": ""})
+            continue
+        sw = software(fp)
+        acc = (fp.get("hardware") or {}).get("accelerator")
+        verdict = results.verdicts.get((hw, claim), {}).get("verdict", "")
+        rows.append({"hardware": hw, **{k: sw[k] or ("none" if k in ("cuda", "driver") and not acc else "")
+                                          for k in SOFTWARE_FIELDS},
+                     "commit": ((fp.get("git") or {}).get("commit") or "")[:10], "measured": fp.get("timestamp", ""),
+                     "verdict": verdict,
+                     f"differs from {ref}": "" if hw == ref or ref_sw is None else ", ".join(software_diff(sw, ref_sw))})
+    return pd.DataFrame(rows)
+
+
+def _short_labels(sweeps: pd.Series) -> pd.Series:
+    """Plot labels from sweep keys (JSON): only the variables that vary within the panel, wrapped short."""
+    import textwrap
+
+    parsed = [json.loads(s) for s in sweeps]
+    keys = list(dict.fromkeys(k for d in parsed for k in d))
+    varying = [k for k in keys if len({json.dumps(d.get(k), default=str) for d in parsed}) > 1]
+    labels = [", ".join(f"{k}={d[k]}" for k in varying if k in d) or "all" for d in parsed]
+    return pd.Series(["\n".join(textwrap.wrap(lab, 60)) for lab in labels], index=sweeps.index)
+
+
+def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
+    """One seaborn figure per claim: each metric a panel, values per setting, one colour per machine and the
+    paper (where its unit matches). Log scale where a panel spans more than two decades."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    frame = long_frame(results, claim)
+    if not len(frame):
+        return None
+    points = []
+    for r in frame.itertuples():
+        if _number(r.value) is not None:
+            points.append({"metric": f"{r.metric} [{r.unit}]", "sweep": r.sweep, "source": r.hardware,
+                           "value": r.value})
+    pub = frame[frame["published_value"].notna()].drop_duplicates(["metric", "sweep"])
+    for r in pub.itertuples():
+        pv = _number(r.published_value)
+        if pv is None or not isinstance(r.published_unit, str):
+            continue
+        v = convert(pv, r.published_unit, r.unit)
+        if v is not None:
+            hw = _paper_hardware(claim, r.published_key) or "hardware not stated"
+            points.append({"metric": f"{r.metric} [{r.unit}]", "sweep": r.sweep, "source": f"paper ({hw})",
+                           "value": v})
+    data = pd.DataFrame(points)
+    if not len(data):
+        return None
+    data["setting"] = data.groupby("metric")["sweep"].transform(_short_labels)
+    metrics = list(dict.fromkeys(data["metric"]))
+    order = list(dict.fromkeys(data["source"]))
+    palette = dict(zip(order, sns.color_palette("colorblind", len(order))))
+    # machines without a value in a panel are named in its title, so an absent bar never reads as zero
+    absent = {}
+    for name in metrics:
+        metric_name = name.rsplit(" [", 1)[0]
+        notes = []
+        for hw in results.hardware:
+            if (hw, claim) not in results.metrics:
+                notes.append(f"{hw}: {MISSING}")
+            elif not ((frame["hardware"] == hw) & (frame["metric"] == metric_name) & frame["value"].notna()).any():
+                notes.append(f"{hw}: {NOT_MEASURED}")
+        absent[name] = notes
+    # horizontal bars, one panel per metric stacked vertically, each as tall as its bars need
+    shown, heights = {}, []
+    for name in metrics:
+        d = data[data["metric"] == name]
+        settings = list(dict.fromkeys(d["setting"]))
+        if len(settings) > MAX_SETTINGS:
+            d = d[d["setting"].isin(settings[:MAX_SETTINGS])]
+        shown[name] = (d, len(settings))
+        heights.append(1.2 + 0.22 * d["setting"].nunique() * max(1, d["source"].nunique()))
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(10, min(sum(heights) + 0.6, 150)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights}, layout="constrained")
+    for ax, name in zip(axes[:, 0], metrics):
+        d, n_settings = shown[name]
+        sns.barplot(data=d, y="setting", x="value", hue="source", orient="h", palette=palette, ax=ax, errorbar=None,
+                    hue_order=[s for s in order if s in set(d["source"])])
+        positive = d["value"][d["value"] > 0]
+        if len(positive) and (d["value"] > 0).all() and positive.max() / positive.min() > 100:
+            ax.set_xscale("log")
+        title = name + (f" (first {MAX_SETTINGS} of {n_settings} settings; all are in the table)"
+                        if n_settings > MAX_SETTINGS else "")
+        if absent[name]:
+            title += "\nno value - " + "; ".join(absent[name])
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("")
+        ax.set_xlabel("value")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(fontsize=7, title=None, loc="best")
+    fig.suptitle(f"{claim} ({results.scale} scale): measured on each machine beside the paper", fontsize=11)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _md(frame: pd.DataFrame) -> str:
+    return frame.to_markdown(index=False) if len(frame) else "_none_"
+
+
+def perf_claims(results: Results) -> list[str]:
+    """Claims that have at least one timing or memory row on some machine."""
+    return [c for c in results.claims() if len(long_frame(results, c))]
+
+
+def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, reference: str | None = None,
+                  claims: list[str] | None = None) -> list[Path]:
+    """Write ``<out_dir>/<claim>.md`` and ``<claim>.png`` per claim with timing/memory metrics, and
+    ``<out_dir>/index.md``; returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = discover(results_root, scale)
+    if reference is not None and reference not in results.hardware:
+        log.warning("reference hardware %r has no results at scale %s; using %r", reference, scale,
+                    results.hardware[0] if results.hardware else None)
+    ref = reference if reference in results.hardware else (results.hardware[0] if results.hardware else None)
+    selected = [c for c in perf_claims(results) if claims is None or c in claims]
+    written, index_rows = [], []
+    for claim in selected:
+        info = registry.claim(claim) if claim in registry.claim_ids() else {"code": "", "title": claim}
+        table = compare_table(results, claim, ref)
+        sw = software_table(results, claim, ref)
+        png = plot_claim(results, claim, out / f"{claim}.png")
+        lines = [f"# {info['code']} {claim}: timing and memory across hardware ({scale} scale)", "",
+                 f"{info['title']}. Rows are joined by (metric, setting). `paper` is the published number "
+                 "(its unit given when it differs from the measured unit) and `paper hardware` the machine it was "
+                 f"measured on (repro/registry/published.yaml). `<hw> / paper` converts units where possible; "
+                 f"`<hw> / {ref}` compares machines. `{MISSING}`: the machine has no results for this claim; "
+                 f"`{NOT_MEASURED}`: it ran the claim but not this row; `{NOT_AVAILABLE}`: the row has no value "
+                 "(e.g. skipped on that device). `software differs` names the software fields (torch, triton, "
+                 "CUDA, driver, python) that differ between the machines compared in the row, with their versions in the "
+                 "order of the hardware columns.", "",
+                 _md(table), "", "## Software behind each machine's numbers", "", _md(sw), ""]
+        if png is not None:
+            lines += [f"![{claim} across hardware]({png.name})", "",
+                      f"*{claim}: each machine's value per setting beside the paper's (same unit only).*", ""]
+        page = out / f"{claim}.md"
+        atomic_write_text(page, "\n".join(lines))
+        written += [page] + ([png] if png is not None else [])
+        present = [hw for hw in results.hardware if (hw, claim) in results.metrics]
+        index_rows.append({"claim": f"[{claim}]({claim}.md)", "title": info["title"], "rows": len(table),
+                           "machines": ", ".join(present),
+                           "missing on": ", ".join(hw for hw in results.hardware if hw not in present)})
+    hw_rows = []
+    for hw in results.hardware:
+        fps = [fp for (h, _), fp in results.fingerprints.items() if h == hw]
+        fp = max(fps, key=lambda f: f.get("timestamp") or "")
+        h = fp.get("hardware") or {}
+        acc = h.get("accelerator")
+        hw_rows.append({"hardware": hw, "cpu": h.get("cpu"), "cores": h.get("cores"),
+                        "accelerator": f"{acc['name']} x{acc.get('count', 1)}" if acc else "none",
+                        "claims": sum(1 for (x, _) in results.metrics if x == hw),
+                        "latest result": fp.get("timestamp", "")})
+    index = [f"# Hardware comparison ({scale} scale)", "",
+             f"Machines with results under `{results_root}/*/{scale}/`; reference machine for ratios: `{ref}`.", "",
+             _md(pd.DataFrame(hw_rows)), "", "## Claims with timing or memory metrics", "",
+             _md(pd.DataFrame(index_rows)) if index_rows else
+             "No claim has timing or memory metrics at this scale yet.", ""]
+    atomic_write_text(out / "index.md", "\n".join(index))
+    written.append(out / "index.md")
+    log.info("compare: %d machines, %d claims -> %s", len(results.hardware), len(selected), out)
+    return written
+
+
+def rule_inputs(results_dir: str, scale: str, hardware: str, own: list[str]) -> list[str]:
+    """Input of the Snakemake rule (evaluated when the DAG is built): this run's own claims' verdicts ``own``
+    plus every other machine's complete results folder of ``scale`` (``<results_dir>/*/<scale>/*/verdict.json``).
+
+    This machine's existing verdicts enter only through ``own``, so the comparison target never reruns a claim
+    the run did not select; folders starting with ``_`` (``_models``, ``_gpu_check``) are skipped."""
+    import glob
+    import os
+
+    found = []
+    for path in glob.glob(os.path.join(results_dir, "*", scale, "*", "verdict.json")):
+        parts = path.split(os.sep)
+        hw, claim = parts[-4], parts[-2]
+        if hw.startswith("_") or claim.startswith("_") or hw == hardware:
+            continue
+        found.append(path)
+    return sorted(set(own) | set(found))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repro.report.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", required=True, help="results root (holds <hardware>/<scale>/<claim>/)")
+    parser.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
+    parser.add_argument("--out", required=True, help="output folder, e.g. reports/compare/<scale>")
+    parser.add_argument("--reference", default=None, help="hardware id the other machines are divided by")
+    parser.add_argument("--claims", nargs="*", default=None, help="only these claims (default: all found)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    write_compare(args.results, args.scale, args.out, args.reference, args.claims)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

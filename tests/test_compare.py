@@ -1,0 +1,175 @@
+"""Hardware comparison (repro.report.compare): two fake machines' result trees written with
+repro.bench.records.write_results; the table joins rows by (claim, metric, sweep), shows a missing claim as
+missing (never 0), and computes ratios to the paper and between machines."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from repro.bench.records import metric, verdict, write_results
+from repro.report import compare
+
+CPU, GPU = "cpu-test-2c", "gpu-test-h200"
+
+
+def _fp(hw: str, torch_version: str, cuda: str | None) -> dict:
+    acc = None if cuda is None else {"name": "Test H200", "count": 1, "memory_gib": 141.0, "capability": "9.0",
+                                     "cuda": cuda, "driver": "560.1"}
+    return {"hardware_id": hw, "hardware": {"cpu": "Test CPU", "cores": 2, "memory_gib": 24.0, "machine": "x86_64",
+                                            "accelerator": acc},
+            "software": {"python": "3.11.7", "torch": torch_version, "triton": "3.7.1"},
+            "git": {"commit": "0123456789abcdef", "dirty": False}, "timestamp": f"2026-11-29T10:00:00+00:00"}
+
+
+def _write(root, hw, claim, rows, fp, scale="default"):
+    write_results(root / hw / scale / claim, claim=claim, scale=scale, metrics=rows,
+                  verdict=verdict(claim, "not_applicable", "test"), config={"test": True}, fingerprint=fp)
+
+
+def _speed_rows(ln_s_per_1k, rms_s_per_1k, peak_mb, extra=()):
+    rows = [metric("rmsnorm_speed", "transformer_step_time", ln_s_per_1k, "s/1k steps",
+                   published_key="transformer_ln_time", norm="layernorm"),
+            metric("rmsnorm_speed", "transformer_step_time", rms_s_per_1k, "s/1k steps",
+                   published_key="transformer_rms_time", norm="rmsnorm"),
+            metric("rmsnorm_speed", "peak_memory", peak_mb, "MB", norm="rmsnorm"),
+            # not a timing/memory row: must not appear in the comparison
+            metric("rmsnorm_speed", "final_loss", 2.5, "loss", norm="rmsnorm")]
+    return rows + list(extra)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "results"
+    cpu_fp, gpu_fp = _fp(CPU, "2.13.0+cpu", None), _fp(GPU, "2.5.1", "12.4")
+    _write(root, CPU, "rmsnorm_speed", _speed_rows(1240.0, 992.0, 300.0), cpu_fp)
+    _write(root, GPU, "rmsnorm_speed",
+           _speed_rows(124.0, 99.2, 600.0, extra=[metric("rmsnorm_speed", "peak_memory", 10.0, "MB", norm="triton")]),
+           gpu_fp)
+    # a row measured on neither machine as a number (skipped on CPU, value empty): n/a, not 0
+    _write(root, CPU, "rmsnorm_speed", _speed_rows(1240.0, 992.0, 300.0,
+                                                    extra=[metric("rmsnorm_speed", "op_time", None, "ms", norm="triton")]),
+           cpu_fp)
+    # a claim only the CPU machine has (the GPU shows it as missing), in ms
+    _write(root, CPU, "flash_attention",
+           [metric("flash_attention", "fwd_time", 8.0, "ms", seq_len=1024),
+            metric("flash_attention", "peak_memory", 209.0 * 2, "MB", published_key="memory_1k_flash", seq_len=1024)],
+           cpu_fp)
+    # a claim without timing/memory rows (no comparison table), and scaffolding folders that are not hardware
+    _write(root, GPU, "block_numerics", [metric("block_numerics", "copy_task_final_loss_ratio", 0.5, "ratio")], gpu_fp)
+    (root / "_gpu_check").mkdir()
+    (root / CPU / "default" / "_models").mkdir()
+    # another scale is not mixed in
+    _write(root, GPU, "flash_attention", [metric("flash_attention", "fwd_time", 1.0, "ms", seq_len=1024)], gpu_fp,
+           scale="tiny")
+    return root
+
+
+def _row(table, metric_name, setting):
+    hit = table[(table["metric"] == metric_name) & (table["setting"] == setting)]
+    assert len(hit) == 1, (metric_name, setting, table)
+    return hit.iloc[0]
+
+
+def test_discover_finds_hardware_and_claims(tree):
+    res = compare.discover(tree, "default")
+    assert res.hardware == [CPU, GPU]
+    assert set(res.metrics) == {(CPU, "rmsnorm_speed"), (GPU, "rmsnorm_speed"), (CPU, "flash_attention"),
+                                (GPU, "block_numerics")}
+    assert compare.perf_claims(res) == ["rmsnorm_speed", "flash_attention"]
+    assert compare.discover(tree, "tiny").hardware == [GPU]
+
+
+def test_table_joins_by_metric_and_sweep_with_ratios(tree):
+    res = compare.discover(tree, "default")
+    table = compare.compare_table(res, "rmsnorm_speed", reference=CPU)
+    assert "final_loss" not in set(table["metric"])
+    ln = _row(table, "transformer_step_time", "norm=layernorm")
+    rms = _row(table, "transformer_step_time", "norm=rmsnorm")
+    assert (ln[CPU], ln[GPU]) == ("1240", "124")
+    assert (rms[CPU], rms[GPU]) == ("992", "99.2")
+    # paper: 248 and 231 s/1k steps on a V100 (registry)
+    assert (ln["paper"], ln["paper hardware"]) == ("248", "V100")
+    assert ln[f"{CPU} / paper"] == "5x" and ln[f"{GPU} / paper"] == "0.5x"
+    assert rms[f"{GPU} / paper"] == f"{99.2 / 231:.3g}x"
+    assert ln[f"{GPU} / {CPU}"] == "0.1x" and rms[f"{GPU} / {CPU}"] == "0.1x"
+    mem = _row(table, "peak_memory", "norm=rmsnorm")
+    assert mem[f"{GPU} / {CPU}"] == "2x" and mem["paper"] == "" and mem[f"{GPU} / paper"] == ""
+    # software differences between the compared rows are named beside them
+    assert ln["software differs"] == "torch: 2.13.0+cpu vs 2.5.1; cuda: none vs 12.4; driver: none vs 560.1"
+    # a row only one machine measured: the other is "not measured", not 0, and no ratio
+    tri = _row(table, "peak_memory", "norm=triton")
+    assert tri[CPU] == compare.NOT_MEASURED and tri[GPU] == "10"
+    assert tri[f"{GPU} / {CPU}"] == "" and tri["software differs"] == ""
+    skipped = _row(table, "op_time", "norm=triton")
+    assert skipped[CPU] == compare.NOT_AVAILABLE and skipped[GPU] == compare.NOT_MEASURED
+
+
+def test_missing_claim_shows_missing_and_units_convert(tree):
+    res = compare.discover(tree, "default")
+    table = compare.compare_table(res, "flash_attention", reference=CPU)
+    fwd = _row(table, "fwd_time", "seq_len=1024")
+    assert fwd[CPU] == "8" and fwd[GPU] == compare.MISSING
+    assert fwd[f"{GPU} / {CPU}"] == ""
+    mem = _row(table, "peak_memory", "seq_len=1024")
+    assert mem["paper"] == "209" and mem[f"{CPU} / paper"] == "2x"
+    assert (table.drop(columns=["software differs"]) != "0").all().all()
+
+
+def test_reference_changes_direction(tree):
+    res = compare.discover(tree, "default")
+    table = compare.compare_table(res, "rmsnorm_speed", reference=GPU)
+    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} / {GPU}"] == "10x"
+
+
+def test_unit_conversion_and_perf_rows():
+    assert compare.convert(1.5, "s", "ms") == pytest.approx(1500.0)
+    assert compare.convert(2048.0, "MiB", "GiB") == pytest.approx(2.0)
+    assert compare.convert(1.0, "s", "MB") is None
+    assert compare.is_perf_row("fwd_time", "ms") and compare.is_perf_row("bandwidth", "GB/s")
+    assert compare.is_perf_row("throughput", "TFLOP/s") and compare.is_perf_row("x", "s/1k steps")
+    assert compare.is_perf_row("time_reduction", "percent") and compare.is_perf_row("speedup", "x")
+    assert not compare.is_perf_row("copy_task_final_loss_ratio", "ratio")
+    assert not compare.is_perf_row("weights_gb_16bit", "GB")  # computed weight size, not a measurement
+    assert compare.is_perf_row("peak_memory", "GB")
+    assert not compare.is_perf_row("attention", "params")
+
+
+def test_write_compare_pages_plots_and_index(tree, tmp_path):
+    out = tmp_path / "reports" / "compare" / "default"
+    written = compare.write_compare(tree, "default", out, reference=CPU)
+    names = sorted(p.name for p in written)
+    assert names == ["flash_attention.md", "flash_attention.png", "index.md", "rmsnorm_speed.md", "rmsnorm_speed.png"]
+    page = (out / "flash_attention.md").read_text()
+    assert "| missing" in page or "missing |" in page
+    assert "2.13.0+cpu" in page  # the software table
+    index = (out / "index.md").read_text()
+    assert CPU in index and GPU in index and "[flash_attention](flash_attention.md)" in index
+    assert "block_numerics" not in index
+    assert (out / "rmsnorm_speed.png").stat().st_size > 1000
+
+
+def test_cli_and_empty_results(tmp_path):
+    out = tmp_path / "cmp"
+    assert compare.main(["--results", str(tmp_path / "nothing"), "--scale", "tiny", "--out", str(out)]) == 0
+    assert "Hardware comparison" in (out / "index.md").read_text()
+
+
+def test_incomplete_folder_names_the_file(tmp_path):
+    d = tmp_path / CPU / "default" / "rmsnorm_speed"
+    d.mkdir(parents=True)
+    (d / "verdict.json").write_text(json.dumps({"verdict": "reproduced"}))
+    with pytest.raises(FileNotFoundError, match="metrics.csv"):
+        compare.discover(tmp_path, "default")
+
+
+def test_rule_inputs_glob_other_machines_and_own_verdicts(tree):
+    own = [str(tree / CPU / "default" / "new_claim" / "verdict.json")]  # not built yet: still an input
+    inputs = compare.rule_inputs(str(tree), "default", CPU, own)
+    assert own[0] in inputs
+    assert str(tree / GPU / "default" / "rmsnorm_speed" / "verdict.json") in inputs
+    assert str(tree / GPU / "default" / "block_numerics" / "verdict.json") in inputs
+    # this machine's other results are not inputs (the target never reruns unselected claims); other scales neither
+    assert not any(f"/{CPU}/default/rmsnorm_speed/" in p for p in inputs)
+    assert not any("/tiny/" in p for p in inputs)
