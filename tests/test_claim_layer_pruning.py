@@ -1,0 +1,192 @@
+"""layer_pruning (Gromov et al. 2025; ShortGPT): BI / angular distance on known states, the selection rules, a tiny
+end-to-end run on freshly trained tiny artefacts, and verdict rules that flip when a number is wrong."""
+import copy
+import math
+
+import pytest
+import torch
+
+from repro import config
+from repro.bench.records import metric
+from repro.claims import layer_pruning as lp
+
+C = lp.CLAIM
+
+
+def test_profile_on_known_states():
+    torch.manual_seed(0)
+    x0 = torch.randn(2, 5, 8)
+    x1 = x0.clone()  # layer 0 is the identity: BI 0, distance 0
+    x2 = -x1  # layer 1 flips the sign: cos -1, BI 2, distance 1
+    q = torch.randn(2, 5, 8)
+    x3 = q - (q * x2).sum(-1, keepdim=True) / (x2 * x2).sum(-1, keepdim=True) * x2  # orthogonal to x2
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True  # padding is ignored
+    x3[1, 3:] = x2[1, 3:]
+    for tokens in ("last", "all", "mean"):
+        p = lp.Profile(3, tokens)
+        p.add([x0, x1, x2, x3], mask)
+        bi = p.block_influence()
+        assert bi[0] == pytest.approx(0.0, abs=1e-9) and bi[1] == pytest.approx(2.0, abs=1e-9)
+        assert bi[2] == pytest.approx(1.0, abs=1e-6)
+        a = p.angular()
+        assert sorted(a) == [1, 2, 3] and [len(a[n]) for n in (1, 2, 3)] == [3, 2, 1]
+        assert a[1][0] == pytest.approx(0.0, abs=1e-6) and a[1][1] == pytest.approx(1.0, abs=1e-6)
+        if tokens != "mean":  # the mean of orthogonal rows need not be orthogonal
+            assert a[1][2] == pytest.approx(0.5, abs=1e-6)
+    assert p.n_tok == 8
+
+
+def test_selection_rules():
+    bi = [0.5, 0.1, 0.3, 0.05, 0.9]
+    ang = {1: [0.3, 0.2, 0.25, 0.1, 0.05], 2: [0.4, 0.3, 0.2, 0.35], 3: [0.6, 0.5, 0.55], 4: [0.7, 0.8], 5: [0.9]}
+    assert lp.select_layers("bi", 2, 5, bi, ang) == [1, 3]
+    assert lp.select_layers("angular", 1, 5, bi, ang) == [4]  # argmin may include the last layer
+    assert lp.select_layers("angular", 2, 5, bi, ang) == [2, 3]
+    assert lp.select_layers("angular", 3, 5, bi, ang) == [1, 2, 3]
+    assert lp.select_layers("last", 2, 5, bi, ang) == [2, 3]  # keeps the final layer
+    assert lp.select_layers("last", 4, 5, bi, ang) == [0, 1, 2, 3]
+    assert lp.select_layers("bi", 5, 5, bi, ang) == [0, 1, 2, 3, 4]
+    r0 = lp.select_layers("random", 3, 5, bi, ang, seed=0)
+    assert r0 == lp.select_layers("random", 3, 5, bi, ang, seed=0) and len(set(r0)) == 3
+    assert set(lp.select_layers("random", 2, 5, bi, ang, seed=0)) <= set(r0)  # nested removal orders
+    with pytest.raises(lp.LayerPruningError, match="rules"):
+        lp.select_layers("middle", 1, 5, bi, ang)
+    assert lp.removal_counts(6, 1.0) == [1, 2, 3, 4, 5, 6] and lp.removal_counts(6, 0.5) == [1, 2, 3]
+    assert lp.heal_counts(6, [0.34, 0.67, 0.0]) == [2, 4] and lp.heal_counts(3, [0.34, 0.67]) == [1, 2]
+    assert lp.collapse_point({1: 20.0, 2: 9.0, 3: 1.0}, 20.0, True, 0.5) == 2
+    assert lp.collapse_point({1: 30.0, 2: 39.0}, 20.0, False, 2.0) is None
+    assert lp.collapse_point({1: 30.0, 2: 41.0}, 20.0, False, 2.0) == 2
+
+
+def test_missing_models_name_the_key(tmp_path):
+    params = config.section(C, "tiny")
+    with pytest.raises(lp.LayerPruningError, match="layer_pruning.translation_model"):
+        lp.resolve_models(params, tmp_path / "layer_pruning")
+    with pytest.raises(lp.LayerPruningError, match="layer_pruning.fairseq_checkpoint"):
+        lp.resolve_models({**params, "fairseq_checkpoint": str(tmp_path / "nope.pt")}, tmp_path / "x")
+    with pytest.raises(lp.LayerPruningError, match="layer_pruning.lm_model"):
+        lp.resolve_models({**params, "stacks": ["lm"]}, tmp_path / "layer_pruning")
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """A 3+2-layer translation model and a 3-layer LM, trained for a few steps (tiny translation config)."""
+    from repro.config import deep_merge
+    from repro.data import load_corpus
+    from repro.data.tokenizer import train_sentencepiece
+    from repro.train.pipeline import train_from_params
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("lp")
+    models = root / "_models"
+    p = deep_merge(config.section("translation", "tiny"),
+                   {"threads": 1, "model": {"n_encoder_layers": 3, "n_decoder_layers": 2},
+                    "lm": {"model": {"n_decoder_layers": 3}}, "training": {"max_steps": 8}})
+    c = load_corpus(p["corpus"]["path"], p["corpus"]["direction"])
+    texts = [s for pair in c.train[: p["corpus"]["max_train_pairs"]] for s in pair]
+    tok = train_sentencepiece(texts, models / "spm", p["tokenizer"]["vocab_size"])
+    train_from_params(p, tok.path, models / "translation")
+    train_from_params(p, tok.path, models / "lm", kind="lm")
+    return root
+
+
+def test_tiny_run(tiny_models):
+    out = tiny_models / "layer_pruning"
+    out.mkdir()
+    params = config.section(C, "tiny")
+    rows, verdict = lp.run(params, "tiny", out)
+    assert verdict["verdict"] == "not_applicable"
+    by = lambda m, **kw: lp._sel(rows, m, **kw)  # noqa: E731
+    assert [int(r["value"]) for r in by("n_layers")] == [3, 2, 3]
+    for s, L in (("encoder", 3), ("decoder", 2), ("lm", 3)):
+        bi = by("block_influence", stack=s)
+        assert len(bi) == L and all(0.0 <= r["value"] <= 2.0 for r in bi)
+        ang = by("angular_distance", stack=s)
+        assert len(ang) == L * (L + 1) // 2 and all(0.0 <= r["value"] <= 1.0 for r in ang)
+        assert len(by("angular_argmin_start", stack=s)) == L
+        q = "valid_ppl" if s == "lm" else "bleu"
+        unhealed = [r for r in by(q, stack=s, healed=False)]
+        # base + every rule (bi, angular, last, random x 1 seed) at every count 1..L
+        assert len(unhealed) == 1 + 4 * L
+        assert all(math.isfinite(r["value"]) for r in unhealed)
+        assert len(by("collapse_percent", stack=s) + by("no_collapse_up_to_percent", stack=s)) == 4
+    # removing every layer gives the same model whatever the rule
+    full = {r["value"] for r in by("valid_ppl", stack="lm", n_removed=3, healed=False)}
+    assert len(full) == 1
+    healed = by("valid_nll", stack="lm", healed=True)
+    assert sorted(r["sweep"]["n_removed"] for r in healed) == [2, 3]  # fractions 0.5 and 1.0 of 3 layers
+    assert (out / "profiles.json").exists() and (out / "quality.csv").exists()
+    # the plots work on the tiny output
+    from repro.bench.records import write_results
+    from repro.bench.records import read_metrics
+    from repro.report.plots.layer_pruning import plots
+
+    write_results(out, claim=C, scale="tiny", metrics=rows, verdict=verdict, config=params)
+    figs = plots(read_metrics(out), out, out)
+    assert {f for f, _ in figs} == {"block_influence.png", "angular_distance.png", "quality_vs_removed.png",
+                                    "healing.png"}
+
+
+def _rows(lm_ppl, bleu_dec, heal_nll, lm_bi=(0.4, 0.2, 0.1, 0.15), argmin=(2, 1, 0)):
+    """Constructed rows: a 4-layer LM and a 4-layer decoder with the given curves."""
+    rows = [metric(C, "n_layers", 4, stack="lm"), metric(C, "n_layers", 4, stack="decoder")]
+    rows += [metric(C, "block_influence", b, stack="lm", layer=i) for i, b in enumerate(lm_bi)]
+    rows += [metric(C, "angular_argmin_start", l, stack="lm", block=n, excludes_last=l + n - 1 < 3, n_layers=4)
+             for n, l in zip((1, 2, 3), argmin)]
+    rnd = {0: lm_ppl[0], 1: 40.0, 2: 90.0, 3: 300.0, 4: 900.0}
+    rnd_b = {0: bleu_dec[0], 1: 10.0, 2: 3.0, 3: 1.0, 4: 0.5}
+    for n in range(5):
+        for rule in (["none"] if n == 0 else ["bi", "angular", "last", "random"]):
+            ppl = rnd[n] if rule == "random" else lm_ppl[n]
+            b = rnd_b[n] if rule == "random" else bleu_dec[n]
+            kw = dict(rule=rule, n_removed=n, fraction=n / 4, healed=False)
+            rows += [metric(C, "valid_ppl", ppl, stack="lm", **kw), metric(C, "valid_nll", math.log(ppl), stack="lm", **kw),
+                     metric(C, "bleu", b, stack="decoder", **kw)]
+    for n, v in heal_nll.items():
+        rows.append(metric(C, "valid_nll", v, stack="lm", rule="none" if n == 0 else "angular", n_removed=n,
+                           fraction=n / 4, healed=True))
+    params = config.section(C, "default")
+    for s, curve, hib in (("lm", lm_ppl, False), ("decoder", bleu_dec, True)):
+        table = [{"rule": "none", "healed": False, "n_removed": 0, ("valid_ppl" if s == "lm" else "bleu"): curve[0]}]
+        for rule in params["rules"]:
+            for n in range(1, 5):
+                v = (rnd if s == "lm" else rnd_b)[n] if rule == "random" else curve[n]
+                table.append({"rule": rule, "healed": False, "n_removed": n, ("valid_ppl" if s == "lm" else "bleu"): v})
+        rows += lp.collapse_rows(table, s, 4, params)
+    return rows, params
+
+
+def test_judge_flips():
+    late_ppl = [20.0, 24.0, 30.0, 38.0, 500.0]  # perplexity doubles only with all 4 layers gone: 100%
+    rows, params = _rows(late_ppl, [20.0, 12.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1})
+    v = lp.judge(rows, params, "default")
+    names = {c["name"]: c["passed"] for c in v["checks"]}
+    assert names["lm: Gromov's argmin block keeps the last layer"] is True
+    assert names["lm: the least influential layers (BI) are deep"] is True
+    assert names["similarity-based rules prune no worse than random"] is True
+    assert names["lm: collapse point (angular rule, no healing) in the published band"] is False  # 100%
+    assert names["decoder: collapse point (angular rule, no healing) in the published band"] is True  # 50%
+    assert names["decoder: BLEU collapses with ~27% of layers removed by BI (no healing)"] is False  # 12 of 20
+    assert names["healing recovers the loss of the pruned model"] is True
+    assert names["lm/angular: healed loss grows more smoothly than the unhealed loss"] is True
+    assert v["verdict"] == "partially"
+    # a collapse at 50% instead passes; a deep last-layer argmin, shallow BI, or a worse-than-random rule fail
+    rows2, _ = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1})
+    n2 = {c["name"]: c["passed"] for c in lp.judge(rows2, params, "default")["checks"]}
+    assert n2["lm: collapse point (angular rule, no healing) in the published band"] is True
+    assert n2["decoder: BLEU collapses with ~27% of layers removed by BI (no healing)"] is True
+    assert lp.judge(rows2, params, "default")["verdict"] == "reproduced"
+    rows3, _ = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 6.5},
+                     lm_bi=(0.1, 0.2, 0.4, 0.5), argmin=(3, 2, 1))
+    n3 = {c["name"]: c["passed"] for c in lp.judge(rows3, params, "default")["checks"]}
+    assert n3["lm: Gromov's argmin block keeps the last layer"] is False
+    assert n3["lm: the least influential layers (BI) are deep"] is False
+    assert n3["lm/angular: healed loss grows more smoothly than the unhealed loss"] is False  # healed jump 3.5 > unhealed 0.73
+    worse = copy.deepcopy(rows2)
+    for r in worse:
+        if r["metric"] == "valid_ppl" and r["sweep"].get("rule") in ("bi", "angular"):
+            r["value"] *= 10
+    n4 = {c["name"]: c["passed"] for c in lp.judge(worse, params, "default")["checks"]}
+    assert n4["similarity-based rules prune no worse than random"] is False
+    assert lp.judge(rows2, params, "tiny")["verdict"] == "not_applicable"
