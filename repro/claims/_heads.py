@@ -1,0 +1,200 @@
+"""Head-level tools for C5 head_pruning on the shared EncoderDecoder (repro.model).
+
+- Heads are addressed as :class:`Head` (attention kind, layer, head); gates are the attention modules'
+  ``head_gate`` buffers (Michel, Levy, Neubig 2019, Sec. 2: xi_h multiplies each head's output).
+- :class:`BleuEvaluator`: decodes a fixed test subset once per gate setting and keeps per-sentence BLEU
+  statistics, so every variant is compared with the unpruned model by paired bootstrap (Koehn 2004).
+- :func:`head_importance`: Michel's I_h = E_x |dL/d xi_h|, l2-normalised per layer (Sec. 4.1, eq. 2).
+- :class:`HardConcreteGates`: Voita et al. (2019, Sec. 6.1) stochastic gates (Louizos et al. 2018) with the L0
+  penalty sum_h P(g_h != 0).
+- :func:`pruned_copy`: a copy of the model with heads physically removed (``prune_heads``), for Table 4 timing.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import torch
+from torch import nn
+
+log = logging.getLogger("repro.head_pruning")
+
+KINDS = ("encoder_self", "decoder_self", "cross")
+
+
+@dataclass(frozen=True, order=True)
+class Head:
+    kind: str
+    layer: int
+    head: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}.L{self.layer}.H{self.head}"
+
+
+def attention_modules(model, kinds: Iterable[str] = KINDS) -> dict[str, list]:
+    mods = model.attention_modules()
+    missing = [k for k in kinds if k not in mods]
+    if missing:
+        raise ValueError(f"head_pruning.kinds: the model has no {missing[0]!r} attention (has {sorted(mods)})")
+    return {k: mods[k] for k in kinds}
+
+
+def all_heads(model, kinds: Iterable[str] = KINDS) -> list[Head]:
+    return [Head(k, li, h) for k, mods in attention_modules(model, kinds).items()
+            for li, m in enumerate(mods) for h in range(m.n_heads)]
+
+
+@torch.no_grad()
+def set_pruned(model, pruned: Iterable[Head] = ()) -> None:
+    """Gates: 1 for every head, 0 for the heads in ``pruned`` (masking, Michel Sec. 2)."""
+    mods = model.attention_modules()
+    for ms in mods.values():
+        for m in ms:
+            m.head_gate.fill_(1.0)
+    for h in pruned:
+        mods[h.kind][h.layer].head_gate[h.head] = 0.0
+
+
+class BleuEvaluator:
+    """Decodes a fixed list of source id sequences and scores them against the references.
+
+    ``stats()`` returns the (N, 10) per-sentence BLEU statistics of the model with its current gates."""
+
+    def __init__(self, model, tokenizer, bos_id: int, src_ids: list[list[int]], refs: list[str], dcfg,
+                 device="cpu"):
+        self.model, self.tok, self.bos_id = model, tokenizer, bos_id
+        self.src_ids, self.refs, self.dcfg, self.device = src_ids, refs, dcfg, device
+        self.calls, self.seconds = 0, 0.0
+
+    def hypotheses(self, model=None) -> list[str]:
+        from repro.train.decode import decode_ids
+
+        t0 = time.perf_counter()
+        hyps, _ = decode_ids(model or self.model, self.src_ids, self.bos_id, self.tok.eos_id, self.tok.pad_id,
+                             self.dcfg, self.device)
+        self.calls += 1
+        self.seconds += time.perf_counter() - t0
+        return [self.tok.decode(h) for h in hyps]
+
+    def stats(self, model=None) -> np.ndarray:
+        from repro.train.bleu import sentence_stats
+
+        return sentence_stats(self.hypotheses(model), self.refs)
+
+
+def bleu(stats: np.ndarray) -> float:
+    from repro.train.bleu import bleu_from_stats
+
+    return float(bleu_from_stats(np.asarray(stats).sum(0)))
+
+
+def head_importance(model, batches: list, pad_id: int, pruned: Iterable[Head] = (), kinds=KINDS,
+                    device="cpu", normalize: bool = True) -> dict[Head, float]:
+    """Michel et al. (2019) eq. 2: I_h = E_x |dL/d xi_h| over ``batches`` (NLL summed per batch, |grad|
+    accumulated per batch, divided by the target tokens), then l2-normalised within each layer (one attention
+    module).  Pruned heads keep gate 0 while scoring and are left out of the result."""
+    from repro.train.loop import model_loss
+
+    pruned = set(pruned)
+    mods = attention_modules(model, kinds)
+    was = model.training
+    model.eval()
+    req = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    set_pruned(model, pruned)
+    gates = [(k, li, m.head_gate) for k, ms in mods.items() for li, m in enumerate(ms)]
+    acc = {(k, li): torch.zeros_like(g) for k, li, g in gates}
+    ntok = 0
+    try:
+        for _, _, g in gates:
+            g.requires_grad_(True)
+        for b in batches:
+            b = b.to(device)
+            for _, _, g in gates:
+                g.grad = None
+            loss, _, _ = model_loss(model, b, 0.0, pad_id)  # label smoothing 0: the summed NLL, with grad
+            loss.backward()
+            for k, li, g in gates:
+                acc[(k, li)] += g.grad.detach().abs()
+            ntok += b.ntokens
+    finally:
+        for _, _, g in gates:
+            g.requires_grad_(False)
+            g.grad = None
+        for p, r in zip(model.parameters(), req):
+            p.requires_grad_(r)
+        model.train(was)
+    out: dict[Head, float] = {}
+    for (k, li), v in acc.items():
+        v = v / max(ntok, 1)
+        keep = [h for h in range(len(v)) if Head(k, li, h) not in pruned]
+        if normalize and keep:
+            norm = float(v[keep].norm(p=2))
+            if norm > 0:
+                v = v / norm
+        for h in keep:
+            out[Head(k, li, h)] = float(v[h])
+    return out
+
+
+class HardConcreteGates(nn.Module):
+    """One Hard-Concrete gate per head (Louizos et al. 2018; Voita et al. 2019, Sec. 6.1).
+
+    Training: u ~ U(0,1), s = sigmoid((log u - log(1-u) + log_alpha) / beta), g = clamp(s (r - l) + l, 0, 1).
+    Evaluation: the deterministic gate clamp(sigmoid(log_alpha) (r - l) + l, 0, 1).
+    ``p_open()`` = P(g != 0) = sigmoid(log_alpha - beta log(-l / r)), the L0 penalty term."""
+
+    def __init__(self, n: int, init_log_alpha: float, beta: float, stretch: tuple[float, float]):
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.full((n,), float(init_log_alpha)))
+        self.beta, (self.l, self.r) = float(beta), (float(stretch[0]), float(stretch[1]))
+        if not (self.l < 0 and self.r > 1):
+            raise ValueError(f"head_pruning.l0.stretch: need l < 0 and r > 1, got {stretch}")
+
+    def forward(self) -> torch.Tensor:
+        if self.training:
+            u = torch.rand_like(self.log_alpha).clamp(1e-6, 1 - 1e-6)
+            s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + self.log_alpha) / self.beta)
+        else:
+            s = torch.sigmoid(self.log_alpha)
+        return (s * (self.r - self.l) + self.l).clamp(0.0, 1.0)
+
+    def p_open(self) -> torch.Tensor:
+        return torch.sigmoid(self.log_alpha - self.beta * math.log(-self.l / self.r))
+
+
+def pruned_copy(model, pruned: Iterable[Head]):
+    """A deep copy with the ``pruned`` heads physically removed (``MultiHeadAttention.prune_heads``)."""
+    m = copy.deepcopy(model)
+    set_pruned(m)
+    drop: dict[tuple[str, int], set[int]] = {}
+    for h in pruned:
+        drop.setdefault((h.kind, h.layer), set()).add(h.head)
+    mods = m.attention_modules()
+    for (k, li), heads in drop.items():
+        mod = mods[k][li]
+        with warnings.catch_warnings():  # an empty keep makes zero-element projections
+            warnings.simplefilter("ignore", UserWarning)
+            mod.prune_heads([h for h in range(mod.n_heads) if h not in heads])
+    return m
+
+
+def pruning_levels(total: int, step_fraction: float, max_fraction: float) -> list[int]:
+    """Numbers of pruned heads at each iterative step: round(k * step_fraction * total), k = 1, 2, ...
+    (Michel et al. 2019, Sec. 5: 10% of the heads per step), up to ``max_fraction`` of the heads."""
+    levels, k = [], 1
+    while k * step_fraction <= max_fraction + 1e-9:
+        n = min(total, int(round(k * step_fraction * total)))
+        if n > (levels[-1] if levels else 0):
+            levels.append(n)
+        k += 1
+    return levels

@@ -1,0 +1,530 @@
+"""C5 head_pruning: most attention heads of a trained Transformer can be removed.
+
+Reproduces, on the suite's trained translation model (or an imported fairseq checkpoint at paper scale):
+
+- Michel, Levy, Neubig, "Are Sixteen Heads Really Better than One?", NeurIPS 2019 (arXiv 1905.10650):
+  Table 1 (ablating one head: BLEU change, paired bootstrap p < 0.01; 8 of 96 encoder heads significant, half of
+  them raising BLEU), Tables 2-3 (keeping only the best head of one layer), Sec. 4.1 eq. 2 (importance
+  I_h = E|dL/d xi_h|, l2-normalised per layer), Fig. 3 (pruning 10% of heads per step by importance: 20% (WMT) /
+  40% (BERT) prunable without noticeable loss, sharp drop past ~60%), Table 4 (50% of heads physically removed:
+  +1.9% examples/s at batch 1, +17.5% at batch 16 and 64).
+- Voita, Talbot, Moiseev, Sennrich, Titov, "Analyzing Multi-Head Self-Attention", ACL 2019 (arXiv 1905.09418):
+  Sec. 6 Hard-Concrete gates with an L0 penalty fine-tuned from the trained model; "pruning 38 out of 48 encoder
+  heads results in a drop of only 0.15 BLEU".
+
+Every BLEU here is sacrebleu corpus BLEU on a fixed, seeded subset of the test set (``eval_sentences``); the full
+test BLEU, the placeholder-free subset and the copy baseline of the unpruned model are reported beside it.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from repro.bench.records import check, metric, verdict_from_checks
+from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
+                                 head_importance, pruned_copy, pruning_levels, set_pruned)
+
+CLAIM = "head_pruning"
+log = logging.getLogger("repro.head_pruning")
+
+
+class ClaimParamError(ValueError):
+    """A head_pruning parameter or path is missing or wrong; the message names the key."""
+
+
+# ------------------------------------------------------------------------------------------------ setup
+class Setup:
+    """The trained model, tokenizer, corpus, evaluation subset and batches every experiment shares."""
+
+    def __init__(self, params: dict, out: Path):
+        from repro.train.decode import DecodeConfig
+        from repro.train.pipeline import load_data, load_trained
+
+        self.device = params["device"]
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ClaimParamError("head_pruning.device: cuda requested but no GPU is available")
+        ckpt = resolve_model(params, out)
+        self.trained = t = load_trained(ckpt, device=self.device)
+        self.model, self.tok, self.bos_id = t.model, t.tokenizer, t.bos_id
+        self.model.eval()
+        corpus_cfg = params.get("corpus") or t.params.get("corpus")
+        if not corpus_cfg:
+            raise ClaimParamError(f"head_pruning.corpus: not set and the checkpoint {ckpt} records no corpus")
+        if corpus_cfg.get("format") == "data_bin" and not corpus_cfg.get("path"):
+            raise ClaimParamError("head_pruning.corpus.path: a data_bin corpus needs its directory")
+        self.corpus = load_data({"corpus": corpus_cfg})
+        ev = params.get("decode") or t.params.get("eval")
+        if not ev:
+            raise ClaimParamError(f"head_pruning.decode: not set and the checkpoint {ckpt} records no eval section")
+        self.dcfg = DecodeConfig.from_params(ev)
+        max_len = self.model.cfg.max_seq_len
+        test = self.encoded("test", max_len, "truncate")
+        n_all = len(self.corpus.test)
+        n = params["eval_sentences"] or n_all
+        idx = sorted(random.Random(params["eval_subset_seed"]).sample(range(n_all), min(n, n_all)))
+        self.subset = idx
+        self.test_full = test
+        self.src_ids = [list(map(int, test.src[i])) for i in idx]
+        self.sources = [self.corpus.test[i][0] for i in idx]
+        self.refs = [self.corpus.test[i][1] for i in idx]
+        self.clean = [self.corpus.clean_masks["test"][i] for i in idx]
+        self.evaluator = BleuEvaluator(self.model, self.tok, self.bos_id, self.src_ids, self.refs, self.dcfg,
+                                       self.device)
+        self.test_subset = _subset(test, idx)
+        self.kinds = params["kinds"]
+        self.heads = all_heads(self.model, self.kinds)
+
+    def encoded(self, split: str, max_len: int, on_long: str):
+        from repro.data import encode_corpus
+
+        db = getattr(self.corpus, "data_bin", None)
+        enc = db.encoded(split, max_len, on_long) if db is not None else \
+            encode_corpus(getattr(self.corpus, split), self.tok, max_len, on_long=on_long)
+        enc.bos_id = self.bos_id  # decoder start token (eos for fairseq-trained models)
+        return enc
+
+    def batches(self, split: str, max_tokens: int, max_batches: int | None, shuffle: bool, seed: int = 0) -> list:
+        from repro.data import token_batches
+
+        enc = self.encoded(split, self.model.cfg.max_seq_len, "truncate" if split != "train" else "drop")
+        out = []
+        for b in token_batches(enc, max_tokens, shuffle=shuffle, seed=seed):
+            out.append(b)
+            if max_batches and len(out) >= max_batches:
+                break
+        return out
+
+
+def _subset(enc, idx):
+    from repro.data.batching import EncodedCorpus
+
+    return EncodedCorpus([enc.src[i] for i in idx], [enc.tgt[i] for i in idx], np.asarray(idx, dtype=np.int64),
+                         enc.pad_id, enc.bos_id, enc.eos_id, len(idx))
+
+
+def resolve_model(params: dict, out: Path) -> Path:
+    """The checkpoint folder: an imported fairseq checkpoint (paper scale), ``model_dir``, or the shared
+    translation artefact beside this claim's results folder (``<results>/_models/translation``)."""
+    from repro.train.loop import CKPT_NAME
+
+    if params.get("fairseq_checkpoint"):
+        from repro.train.fairseq_import import import_to_checkpoint
+
+        p = Path(params["fairseq_checkpoint"])
+        if not p.exists():
+            raise ClaimParamError(f"head_pruning.fairseq_checkpoint: {p} does not exist")
+        if not params.get("corpus"):
+            raise ClaimParamError("head_pruning.corpus: a fairseq checkpoint needs its data-bin corpus section")
+        dest = Path(out) / "_imported"
+        if not (dest / CKPT_NAME).exists():
+            log.info("importing fairseq checkpoint %s", p)
+            import_to_checkpoint({"fairseq_checkpoint": str(p), "corpus": params["corpus"],
+                                  "eval": params.get("decode") or {}}, dest)
+        return dest
+    if params.get("require_fairseq_checkpoint"):
+        raise ClaimParamError("head_pruning.fairseq_checkpoint: not set; this scale reruns Michel et al.'s setting "
+                              "and needs the fairseq WMT14 En-Fr Transformer-large checkpoint (model.pt)")
+    d = Path(params["model_dir"]) if params.get("model_dir") else Path(out).parent / "_models" / "translation"
+    if not (d / CKPT_NAME).exists() and not (d.is_file() and d.exists()):
+        raise ClaimParamError(f"head_pruning.model_dir: no trained model at {d} (build the shared artefact with "
+                              "snakemake's translation rules, or set model_dir)")
+    return d
+
+
+# ------------------------------------------------------------------------------------------------ experiments
+def baseline(S: Setup, params: dict, rows: list) -> np.ndarray:
+    """Unpruned BLEU on the subset, its placeholder-free part and the copy baseline; full-test BLEU once."""
+    from repro.train.bleu import bleu_report, corpus_bleu, sentence_stats
+
+    hyps = S.evaluator.hypotheses()
+    stats = sentence_stats(hyps, S.refs)
+    rep = bleu_report(hyps, S.refs, S.sources, S.clean)
+    n = len(S.refs)
+    rows += [metric(CLAIM, "bleu_unpruned", rep["full"]["score"], "BLEU", n=n, subset="eval",
+                    published_key="michel_wmt_base_bleu", signature=rep["full"]["signature"]),
+             metric(CLAIM, "bleu_unpruned_clean", rep["clean"]["score"], "BLEU", n=rep["clean"]["n"], subset="eval"),
+             metric(CLAIM, "bleu_copy_baseline", rep["copy_full"]["score"], "BLEU", n=n, subset="eval"),
+             metric(CLAIM, "bleu_copy_baseline_clean", rep["copy_clean"]["score"], "BLEU", n=rep["copy_clean"]["n"],
+                    subset="eval")]
+    log.info("unpruned BLEU %.2f on %d test sentences (clean %.2f; copy %.2f / %.2f); decode %.1f s",
+             rep["full"]["score"], n, rep["clean"]["score"], rep["copy_full"]["score"], rep["copy_clean"]["score"],
+             S.evaluator.seconds)
+    if params["full_test_bleu"] and len(S.subset) < len(S.corpus.test):
+        from repro.train.decode import decode_ids
+
+        ids = [list(map(int, s)) for s in S.test_full.src]
+        h, _ = decode_ids(S.model, ids, S.bos_id, S.tok.eos_id, S.tok.pad_id, S.dcfg, S.device)
+        full = corpus_bleu([S.tok.decode(x) for x in h], S.corpus.references("test"))
+        rows.append(metric(CLAIM, "bleu_unpruned", full.score, "BLEU", n=full.n, subset="full_test"))
+        log.info("unpruned BLEU on the full test set (%d sentences): %.2f", full.n, full.score)
+    return stats
+
+
+def compare(base: np.ndarray, stats: np.ndarray, params: dict) -> dict:
+    from repro.train.bleu import paired_bootstrap
+
+    return paired_bootstrap(base, stats, samples=params["bootstrap_samples"], seed=params["bootstrap_seed"],
+                            alpha=params["significance"])
+
+
+def single_head_ablation(S: Setup, params: dict, base: np.ndarray, rows: list, out: Path) -> dict:
+    """Michel Table 1: mask one head at a time; BLEU change and paired-bootstrap p-value."""
+    res, t0 = {}, time.time()
+    for i, h in enumerate(S.heads):
+        set_pruned(S.model, [h])
+        r = compare(base, S.evaluator.stats(), params)
+        res[h] = r
+        sig = r["p_value"] < params["significance"]
+        rows.append(metric(CLAIM, "ablation_bleu_delta", r["delta"], "BLEU", kind=h.kind, layer=h.layer,
+                           head=h.head, p_value=r["p_value"], significant=bool(sig)))
+        log.info("ablate %d/%d %s: BLEU %+.2f (p=%.3f)%s  [%.0f s]", i + 1, len(S.heads), h.name, r["delta"],
+                 r["p_value"], " *" if sig else "", time.time() - t0)
+    set_pruned(S.model)
+    for kind in [*S.kinds, "all"]:
+        hs = [h for h in S.heads if kind in ("all", h.kind)]
+        if not hs:
+            continue
+        sig = [h for h in hs if res[h]["p_value"] < params["significance"]]
+        up = [h for h in sig if res[h]["delta"] > 0]
+        enc = kind == "encoder_self"  # Michel's Table 1 counts encoder self-attention heads
+        rows += [metric(CLAIM, "significant_heads", len(sig), "heads", n=len(hs), kind=kind,
+                        published_key="michel_significant_heads" if enc else None),
+                 metric(CLAIM, "significant_heads_fraction", len(sig) / len(hs), "fraction", n=len(hs), kind=kind),
+                 metric(CLAIM, "significant_heads_raising_bleu", len(up), "heads", n=len(sig), kind=kind,
+                        published_key="michel_significant_heads_raising_bleu" if enc else None),
+                 metric(CLAIM, "heads_total", len(hs), "heads", kind=kind,
+                        published_key="michel_heads_total" if enc else None)]
+    (out / "ablation.json").write_text(json.dumps(
+        [{"head": h.name, **{k: v for k, v in r.items() if k in ("delta", "p_value", "delta_ci", "bleu_b")}}
+         for h, r in res.items()], indent=1) + "\n")
+    return res
+
+
+def one_head_per_layer(S: Setup, params: dict, base: np.ndarray, ablation: dict, rows: list) -> None:
+    """Michel Tables 2-3: in one layer keep only its best head (all other layers intact).
+
+    ``one_head``: "ablation" keeps the head whose single ablation cost most BLEU (one decode per layer);
+    "exhaustive" tries every head and keeps the best BLEU (Michel's procedure; heads-per-layer decodes)."""
+    mode = params["one_head"]
+    if mode == "none":
+        return
+    mods = attention_modules(S.model, S.kinds)
+    for kind, ms in mods.items():
+        for li, m in enumerate(ms):
+            heads = [Head(kind, li, h) for h in range(m.n_heads)]
+            cands = heads if mode == "exhaustive" else [min(heads, key=lambda h: ablation[h]["delta"])]
+            best = None
+            for keep in cands:
+                set_pruned(S.model, [h for h in heads if h != keep])
+                r = compare(base, S.evaluator.stats(), params)
+                if best is None or r["delta"] > best[1]["delta"]:
+                    best = (keep, r)
+            keep, r = best
+            last_cross = kind == "cross" and li == len(ms) - 1
+            rows.append(metric(CLAIM, "one_head_bleu_delta", r["delta"], "BLEU", kind=kind, layer=li,
+                               head=keep.head, p_value=r["p_value"],
+                               significant=bool(r["p_value"] < params["significance"]), choice=mode,
+                               published_key="michel_one_head_enc_dec_last_layer_delta" if last_cross else None))
+            log.info("one head in %s layer %d (keep H%d): BLEU %+.2f (p=%.3f)", kind, li, keep.head, r["delta"],
+                     r["p_value"])
+    set_pruned(S.model)
+
+
+def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out: Path) -> dict:
+    """Michel Fig. 3: prune ``step_fraction`` of the heads per step, lowest importance first (importance
+    recomputed on the partly pruned model after each step when ``recompute_importance``), against random orders.
+    Returns the importance order of the pruned heads and the curve."""
+    p = params["pruning"]
+    levels = pruning_levels(len(S.heads), p["step_fraction"], p["max_fraction"])
+    imp_batches = S.batches(params["importance"]["split"], params["importance"]["max_tokens"],
+                            params["importance"]["max_batches"], shuffle=False)
+    pad = S.tok.pad_id
+    curves: dict[str, list] = {}
+    # importance order
+    pruned: list[Head] = []
+    scores = head_importance(S.model, imp_batches, pad, [], S.kinds, S.device)
+    for h, v in scores.items():
+        rows.append(metric(CLAIM, "head_importance", v, "l2-normalised per layer", kind=h.kind, layer=h.layer,
+                           head=h.head))
+    curve = []
+    for n in levels:
+        if p["recompute_importance"] and pruned:
+            scores = head_importance(S.model, imp_batches, pad, pruned, S.kinds, S.device)
+        ranked = sorted((h for h in S.heads if h not in pruned), key=lambda h: scores[h])
+        pruned += ranked[: n - len(pruned)]
+        set_pruned(S.model, pruned)
+        r = compare(base, S.evaluator.stats(), params)
+        curve.append((n, r))
+        log.info("importance pruning: %d/%d heads pruned: BLEU %.2f (%+.2f, p=%.3f)", n, len(S.heads),
+                 r["bleu_b"], r["delta"], r["p_value"])
+    curves["importance"] = curve
+    order = list(pruned)
+    for seed in p["random_seeds"]:
+        perm = list(S.heads)
+        random.Random(seed).shuffle(perm)
+        curve = []
+        for n in levels:
+            set_pruned(S.model, perm[:n])
+            r = compare(base, S.evaluator.stats(), params)
+            curve.append((n, r))
+            log.info("random order (seed %d): %d heads pruned: BLEU %.2f (%+.2f)", seed, n, r["bleu_b"], r["delta"])
+        curves[f"random_{seed}"] = curve
+    set_pruned(S.model)
+    base_bleu = bleu(base)
+    total = len(S.heads)
+    for name, curve in curves.items():
+        order_kind, seed = ("importance", None) if name == "importance" else ("random", int(name.split("_")[1]))
+        rows.append(metric(CLAIM, "pruning_bleu", base_bleu, "BLEU", order=order_kind, seed=seed, pruned=0,
+                           fraction=0.0, p_value=1.0))
+        for n, r in curve:
+            rows.append(metric(CLAIM, "pruning_bleu", r["bleu_b"], "BLEU", order=order_kind, seed=seed, pruned=n,
+                               fraction=n / total, p_value=r["p_value"],
+                               significant_loss=bool(r["p_value"] < params["significance"] and r["delta"] < 0)))
+    # prunable fraction (importance order): the largest fraction before the first significant loss
+    imp = curves["importance"]
+    ok = 0.0
+    for n, r in imp:
+        if r["p_value"] < params["significance"] and r["delta"] < 0:
+            break
+        ok = n / total
+    rows.append(metric(CLAIM, "prunable_fraction", 100 * ok, "percent", n=total, published_key="michel_prunable_wmt",
+                       order="importance"))
+    # sharp drop: the start of the steepest single-step BLEU fall
+    pts = [(0, base_bleu)] + [(n, r["bleu_b"]) for n, r in imp]
+    drops = [(pts[i][1] - pts[i + 1][1], pts[i][0]) for i in range(len(pts) - 1)]
+    if drops:
+        _, start = max(drops)
+        rows.append(metric(CLAIM, "sharp_drop_fraction", 100 * start / total, "percent", n=total,
+                           published_key="michel_sharp_drop_fraction", order="importance"))
+    # area under the curves (mean BLEU over the pruning levels)
+    for name, curve in curves.items():
+        rows.append(metric(CLAIM, "pruning_mean_bleu", float(np.mean([r["bleu_b"] for _, r in curve])), "BLEU",
+                           order="importance" if name == "importance" else "random",
+                           seed=None if name == "importance" else int(name.split("_")[1])))
+    (out / "pruning_order.json").write_text(json.dumps([h.name for h in order], indent=1) + "\n")
+    return {"order": order, "curves": curves}
+
+
+def l0_gates(S: Setup, params: dict, base: np.ndarray, rows: list) -> None:
+    """Voita Sec. 6: Hard-Concrete gates on the heads of ``l0.targets`` fine-tuned from the trained model with
+    loss = NLL/token + lambda * sum_h P(g_h != 0); heads with P(g != 0) < 0.5 are removed at evaluation."""
+    from repro.train.loop import model_loss
+
+    p = params["l0"]
+    if not p["lambdas"]:
+        return
+    train = S.encoded("train", min(p["max_len"], S.model.cfg.max_seq_len), "drop")
+    from repro.data import token_batches
+
+    base_bleu = bleu(base)
+    for lam in p["lambdas"]:
+        torch.manual_seed(p["seed"])
+        model = copy.deepcopy(S.model)
+        set_pruned(model)
+        mods = attention_modules(model, p["targets"])
+        gates = {}
+        for kind, ms in mods.items():
+            for li, m in enumerate(ms):
+                g = HardConcreteGates(m.n_heads, p["init_log_alpha"], p["beta"], p["stretch"]).to(S.device)
+                m.gate_module = g
+                gates[(kind, li)] = g
+        gate_params = [g.log_alpha for g in gates.values()]
+        groups = [{"params": gate_params, "lr": p["gate_lr"]}]
+        if p["model_lr"] > 0:
+            groups.append({"params": [q for q in model.parameters() if all(q is not g for g in gate_params)],
+                           "lr": p["model_lr"]})
+        else:
+            for q in model.parameters():
+                q.requires_grad_(any(q is g for g in gate_params))
+        opt = torch.optim.Adam(groups, betas=(0.9, 0.98))
+        model.train()
+        t0, step, epoch = time.time(), 0, 0
+        done = False
+        while not done:
+            for b in token_batches(train, p["max_tokens"], shuffle=True, seed=p["seed"] + epoch):
+                b = b.to(S.device)
+                loss, nll, _ = model_loss(model, b, p["label_smoothing"], S.tok.pad_id)
+                l0 = sum(g.p_open().sum() for g in gates.values())
+                total = loss / b.ntokens + lam * l0
+                opt.zero_grad()
+                total.backward()
+                opt.step()
+                step += 1
+                if step % max(1, p["steps"] // 5) == 0:
+                    log.info("L0 lambda %g step %d: nll %.3f, expected open heads %.1f [%.0f s]", lam, step,
+                             nll.item() / b.ntokens, l0.item(), time.time() - t0)
+                if step >= p["steps"] or time.time() - t0 > p["max_seconds"]:
+                    done = True
+                    break
+            epoch += 1
+        model.eval()
+        kept = 0
+        with torch.no_grad():
+            for (kind, li), g in gates.items():
+                m = mods[kind][li]
+                det, open_ = g(), g.p_open()
+                m.gate_module = None
+                m.head_gate.copy_(torch.where(open_ >= 0.5, det, torch.zeros_like(det)))
+                kept += int((open_ >= 0.5).sum())
+        n_gated = sum(m.n_heads for ms in mods.values() for m in ms)
+        r = compare(base, S.evaluator.stats(model), params)
+        secs = time.time() - t0
+        rows += [metric(CLAIM, "l0_heads_kept", kept, "heads", n=n_gated, lam=lam, targets="+".join(p["targets"])),
+                 metric(CLAIM, "l0_heads_pruned_fraction", 1 - kept / n_gated, "fraction", n=n_gated, lam=lam),
+                 metric(CLAIM, "l0_bleu", r["bleu_b"], "BLEU", lam=lam, heads_kept=kept, p_value=r["p_value"]),
+                 metric(CLAIM, "l0_bleu_delta", r["delta"], "BLEU", lam=lam, heads_kept=kept, p_value=r["p_value"]),
+                 metric(CLAIM, "l0_finetune_steps", step, "updates", lam=lam, seconds=secs)]
+        log.info("L0 lambda %g: %d/%d heads kept after %d updates (%.0f s): BLEU %.2f (%+.2f vs %.2f, p=%.3f)",
+                 lam, kept, n_gated, step, secs, r["bleu_b"], r["delta"], base_bleu, r["p_value"])
+        del model
+
+
+def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
+    """Michel Table 4: examples/s of a forward pass on fixed batches, unpruned vs ``prune_fraction`` of the heads
+    (lowest importance first) physically removed; interleaved timing, medians, paired ratios."""
+    from repro.bench.timing import paired_ratios, summarize, time_interleaved
+    from repro.data.batching import collate
+
+    p = params["throughput"]
+    n_prune = int(round(p["prune_fraction"] * len(S.heads)))
+    if len(order) < n_prune:  # pruning stopped earlier: extend by a fresh importance ranking
+        imp_batches = S.batches(params["importance"]["split"], params["importance"]["max_tokens"],
+                                params["importance"]["max_batches"], shuffle=False)
+        sc = head_importance(S.model, imp_batches, S.tok.pad_id, order, S.kinds, S.device)
+        order = order + sorted(sc, key=sc.get)[: n_prune - len(order)]
+    small = pruned_copy(S.model, order[:n_prune]).eval()
+    full = S.model
+    set_pruned(full)
+    enc = S.test_subset
+    # fixed pool: the subset's sentences in a seeded order, cycled when a batch is larger than the subset
+    pool = list(range(len(enc)))
+    random.Random(p["seed"]).shuffle(pool)
+    key = {1: "bs1", 4: "bs4", 16: "bs16", 64: "bs64"}
+    for bs in p["batch_sizes"]:
+        pos = [pool[i % len(pool)] for i in range(bs)]
+        b = collate(enc, pos).to(S.device)
+
+        def fwd(m, b=b):
+            with torch.no_grad():
+                return m(b.src, b.tgt_in, b.src_pad_mask, b.tgt_pad_mask)
+
+        samples = time_interleaved({"unpruned": lambda: fwd(full), "pruned": lambda: fwd(small)}, reps=p["reps"],
+                                   warmup=p["warmup"], device=S.device, min_time=p["min_seconds"])
+        su, sp = summarize(samples["unpruned"]), summarize(samples["pruned"])
+        ratio = paired_ratios(samples, "unpruned", "pruned")
+        k = key.get(bs)
+        rows += [metric(CLAIM, "examples_per_s", bs / su["median"], "examples/s", n=su["n"], batch=bs,
+                        model="unpruned", published_key=f"michel_speed_{k}" if k else None,
+                        published_index=0 if k else None),
+                 metric(CLAIM, "examples_per_s", bs / sp["median"], "examples/s", n=sp["n"], batch=bs,
+                        model=f"pruned_{int(round(100 * p['prune_fraction']))}pct",
+                        published_key=f"michel_speed_{k}" if k else None, published_index=1 if k else None),
+                 metric(CLAIM, "speedup", 100 * (ratio["median"] - 1), "percent", spread=100 * ratio["iqr"],
+                        n=ratio["n"], batch=bs, heads_pruned=n_prune,
+                        published_key=f"michel_speedup_{k}" if k else None)]
+        log.info("throughput bs %d: unpruned %.1f ex/s, %d heads removed %.1f ex/s: %+.1f%%", bs,
+                 bs / su["median"], n_prune, bs / sp["median"], 100 * (ratio["median"] - 1))
+
+
+# ------------------------------------------------------------------------------------------------ verdict
+def _vals(rows, name, **sweep):
+    return [r for r in rows if r["metric"] == name and all(r["sweep"].get(k) == v for k, v in sweep.items())]
+
+
+def judge(rows: list[dict], params: dict, scale: str) -> dict:
+    """Verdict rules (thresholds from ``params["verdict"]``):
+    1. a minority of encoder self-attention heads changes BLEU significantly when ablated (Michel: 8/96);
+    2. the importance-order pruning curve lies above every random-order curve (mean BLEU over the levels);
+    3. at least ``prunable_min`` of the heads prune (importance order) with no significant BLEU loss (WMT 20%);
+    4. some L0 run keeps at most ``l0_max_kept_fraction`` of its gated heads within ``l0_max_drop`` BLEU
+       (Voita: 10 of 48 kept, -0.15);
+    5. the speed-up of the pruned model grows with batch size and is positive at the largest batch
+       (Michel Table 4: +1.9% at 1, +17.5% at 16/64)."""
+    v, checks = params["verdict"], []
+    sig = _vals(rows, "significant_heads_fraction", kind="encoder_self") or _vals(rows, "significant_heads_fraction",
+                                                                                  kind="all")
+    if sig:
+        r = sig[0]
+        cnt = _vals(rows, "significant_heads", kind=r["sweep"]["kind"])[0]["value"]
+        up = _vals(rows, "significant_heads_raising_bleu", kind=r["sweep"]["kind"])[0]["value"]
+        checks.append(check(f"a minority of {r['sweep']['kind']} heads matter when ablated alone",
+                            r["value"] < v["minority_fraction"],
+                            f"{int(cnt)} of {r['n']} ({100 * r['value']:.0f}%) significant at p<{params['significance']}"
+                            f", {int(up)} raise BLEU",
+                            f"8 of 96 (8%), half raising BLEU; < {100 * v['minority_fraction']:.0f}%"))
+    imp = _vals(rows, "pruning_mean_bleu", order="importance")
+    rnd = _vals(rows, "pruning_mean_bleu", order="random")
+    if imp and rnd:
+        checks.append(check("importance-order pruning beats random order", imp[0]["value"] > max(r["value"] for r in rnd),
+                            f"mean BLEU over the pruning levels {imp[0]['value']:.2f} vs random "
+                            + ", ".join(f"{r['value']:.2f}" for r in rnd),
+                            "importance order above random (Michel Fig. 3)"))
+    pf = _vals(rows, "prunable_fraction")
+    if pf:
+        sd = _vals(rows, "sharp_drop_fraction")
+        checks.append(check("a substantial fraction of heads prunes without significant loss",
+                            pf[0]["value"] >= 100 * v["prunable_min"],
+                            f"{pf[0]['value']:.0f}% prunable (p>={params['significance']} or no loss)"
+                            + (f"; steepest drop after {sd[0]['value']:.0f}%" if sd else ""),
+                            f"20% (WMT), 40% (BERT); sharp drop past ~60%; need >= {100 * v['prunable_min']:.0f}%"))
+    kept = _vals(rows, "l0_heads_kept")
+    if kept:
+        runs = []
+        for r in kept:
+            d = _vals(rows, "l0_bleu_delta", lam=r["sweep"]["lam"])[0]["value"]
+            runs.append((r["value"] / r["n"], d, r["value"], r["n"], r["sweep"]["lam"]))
+        good = [x for x in runs if x[0] <= v["l0_max_kept_fraction"] and x[1] >= -v["l0_max_drop"]]
+        shown = ", ".join(f"lambda {lam:g}: {int(k)}/{n} kept, {d:+.2f}" for _, d, k, n, lam in runs)
+        checks.append(check("L0 gates reach a sparse head budget with a small BLEU loss", bool(good), shown,
+                            f"38 of 48 encoder heads pruned for -0.15 BLEU; need <= "
+                            f"{100 * v['l0_max_kept_fraction']:.0f}% kept within -{v['l0_max_drop']} BLEU"))
+    sp = sorted(_vals(rows, "speedup"), key=lambda r: r["sweep"]["batch"])
+    if len(sp) >= 2:
+        first, last = sp[0]["value"], sp[-1]["value"]
+        checks.append(check("the pruned model's speed-up grows with batch size", last > first and last > 0,
+                            ", ".join(f"bs {r['sweep']['batch']}: {r['value']:+.1f}%" for r in sp),
+                            "+1.9% at bs 1, +2.7% at 4, +17.5% at 16 and 64 (GTX 1080Ti)"))
+    return verdict_from_checks(CLAIM, checks, scale)
+
+
+# ------------------------------------------------------------------------------------------------ run
+def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
+    """Ablate, score, prune and time the attention heads of the trained translation model."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    S = Setup(params, out)
+    log.info("model %s; %d heads (%s); %d test sentences in the evaluation subset; decoding %s", S.model.cfg.block,
+             len(S.heads), ", ".join(S.kinds), len(S.refs), S.dcfg)
+    rows: list[dict] = []
+    base = baseline(S, params, rows)
+    timing = {"baseline": time.time() - t0}
+    abl = single_head_ablation(S, params, base, rows, out)
+    timing["ablation"] = time.time() - t0 - sum(timing.values())
+    one_head_per_layer(S, params, base, abl, rows)
+    timing["one_head"] = time.time() - t0 - sum(timing.values())
+    pr = iterative_pruning(S, params, base, rows, out)
+    timing["pruning"] = time.time() - t0 - sum(timing.values())
+    l0_gates(S, params, base, rows)
+    timing["l0"] = time.time() - t0 - sum(timing.values())
+    throughput(S, params, pr["order"], rows)
+    timing["throughput"] = time.time() - t0 - sum(timing.values())
+    for k, s in timing.items():
+        rows.append(metric(CLAIM, "stage_seconds", s, "s", stage=k))
+    rows.append(metric(CLAIM, "decode_calls", S.evaluator.calls, "decodes", seconds=S.evaluator.seconds))
+    log.info("stage seconds: %s; %d decodes in %.0f s", {k: round(s, 1) for k, s in timing.items()},
+             S.evaluator.calls, S.evaluator.seconds)
+    return rows, judge(rows, params, scale)
+
+
+if __name__ == "__main__":
+    from repro.claims._cli import main
+
+    raise SystemExit(main(CLAIM, run))

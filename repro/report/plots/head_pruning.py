@@ -1,0 +1,98 @@
+"""C5 head_pruning plots: single-head ablation map (Michel Table 1), pruning curves (Fig. 3), L0 budgets
+(Voita Sec. 6) and the speed-up of the pruned model by batch size (Michel Table 4), measured beside published."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+
+def _sel(m: pd.DataFrame, name: str) -> pd.DataFrame:
+    d = m[m["metric"] == name].copy()
+    for k in ("kind", "layer", "head", "order", "seed", "fraction", "significant", "batch", "lam", "model"):
+        d[k] = d["sweep"].map(lambda s, k=k: s.get(k) if isinstance(s, dict) else None)
+    return d
+
+
+def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+    out = []
+    abl = _sel(metrics, "ablation_bleu_delta")
+    if len(abl):
+        kinds = list(dict.fromkeys(abl["kind"]))
+        fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.2), squeeze=False)
+        lim = max(float(abl["value"].abs().max()), 0.1)
+        for ax, kind in zip(axes[0], kinds):
+            d = abl[abl["kind"] == kind]
+            grid = d.pivot_table(index="layer", columns="head", values="value")
+            sig = d.pivot_table(index="layer", columns="head", values="significant", aggfunc="max")
+            annot = np.where(sig.to_numpy().astype(bool), "*", "")
+            sns.heatmap(grid, ax=ax, cmap="RdBu", vmin=-lim, vmax=lim, annot=annot, fmt="", cbar=ax is axes[0][-1],
+                        cbar_kws={"label": "BLEU change"})
+            ax.set_title(kind, fontsize=9)
+        fig.suptitle("Ablating one head (* = p < 0.01); Michel: 8 of 96 encoder heads significant", fontsize=9)
+        fig.tight_layout(); fig.savefig(out_dir / "ablation.png", dpi=110); plt.close(fig)
+        out.append(("ablation.png", "BLEU change when one head is masked, per attention type, layer and head; "
+                                    "* marks a paired-bootstrap p < 0.01 (Michel et al. 2019, Table 1)."))
+    pr = _sel(metrics, "pruning_bleu")
+    if len(pr):
+        pr["curve"] = pr.apply(lambda r: "importance" if r["order"] == "importance" else f"random (seed {r['seed']})",
+                               axis=1)
+        pr["percent"] = 100 * pr["fraction"].astype(float)
+        fig, ax = plt.subplots(figsize=(5.2, 3.6))
+        sns.lineplot(data=pr, x="percent", y="value", hue="curve", marker="o", ax=ax)
+        base = pr[pr["percent"] == 0]["value"]
+        if len(base):
+            ax.axhline(float(base.iloc[0]), color="gray", lw=0.8, ls=":")
+        for x, lab in ((20, "Michel WMT: 20% prunable"), (60, "sharp drop ~60%")):
+            ax.axvline(x, color="black", ls="--", lw=0.8)
+            ax.text(x + 1, ax.get_ylim()[0] + 0.05 * np.ptp(ax.get_ylim()), lab, fontsize=7, rotation=90)
+        pf = metrics[metrics["metric"] == "prunable_fraction"]
+        if len(pf):
+            ax.axvline(float(pf["value"].iloc[0]), color="tab:green", lw=1.5, alpha=0.6, label="measured prunable")
+        ax.set_xlabel("heads pruned (%)"); ax.set_ylabel("BLEU (test subset)")
+        ax.legend(fontsize=7)
+        fig.tight_layout(); fig.savefig(out_dir / "pruning_curve.png", dpi=110); plt.close(fig)
+        out.append(("pruning_curve.png", "BLEU vs fraction of heads pruned (10% per step), lowest Michel importance "
+                                         "first vs random orders; dashed: Michel et al.'s WMT figures (Fig. 3)."))
+    kept = _sel(metrics, "l0_heads_kept")
+    delta = _sel(metrics, "l0_bleu_delta")
+    if len(kept) and len(delta):
+        d = kept[["lam", "value", "n"]].merge(delta[["lam", "value"]], on="lam", suffixes=("_kept", "_delta"))
+        d["kept_pct"] = 100 * d["value_kept"] / d["n"].astype(float)
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.plot(d["kept_pct"], d["value_delta"], "o-", label="measured (L0 gates)")
+        for _, r in d.iterrows():
+            ax.annotate(f"λ={r['lam']:g}", (r["kept_pct"], r["value_delta"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.scatter([100 * 10 / 48], [-0.15], marker="x", color="black", zorder=5,
+                   label="Voita WMT: 10 of 48 kept, -0.15")
+        ax.scatter([100 * 4 / 48], [-0.25], marker="+", color="black", zorder=5,
+                   label="Voita OpenSubtitles: 4 of 48, -0.25")
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_xlabel("gated heads kept (%)"); ax.set_ylabel("BLEU change vs unpruned")
+        ax.legend(fontsize=7)
+        fig.tight_layout(); fig.savefig(out_dir / "l0_budgets.png", dpi=110); plt.close(fig)
+        out.append(("l0_budgets.png", "Hard-Concrete L0 gates fine-tuned from the trained model, one run per "
+                                      "lambda: BLEU change vs heads kept, beside Voita et al. (2019)."))
+    sp = _sel(metrics, "speedup")
+    if len(sp):
+        sp = sp.sort_values("batch")
+        fig, ax = plt.subplots(figsize=(5, 3.4))
+        ax.errorbar(sp["batch"].astype(int), sp["value"], yerr=sp["spread"].fillna(0) / 2, marker="o",
+                    label="measured (interleaved medians)")
+        pub = sp.dropna(subset=["published_value"])
+        if len(pub):
+            ax.plot(pub["batch"].astype(int), pd.to_numeric(pub["published_value"]), "x--", color="black",
+                    label="Michel Table 4 (BERT, GTX 1080Ti)")
+        ax.set_xscale("log", base=2)
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_xlabel("batch size (sentences)"); ax.set_ylabel("speed-up with 50% of heads removed (%)")
+        ax.legend(fontsize=7)
+        fig.tight_layout(); fig.savefig(out_dir / "speedup.png", dpi=110); plt.close(fig)
+        out.append(("speedup.png", "Forward-pass examples/s gain with half the heads physically removed, by batch "
+                                   "size (bars: inter-quartile range of the paired ratios), beside Michel Table 4."))
+    return out
