@@ -8,8 +8,9 @@ Accounting is disabled, so the status command is squeue and MinJobAge is 300 s (
 squeue and a short MinJobAge, Snakemake would wait forever for finished jobs. See docs/cluster.md.
 
 What it checks: every job of ``claim_param_accounting claim_block_numerics`` at scale tiny (2 claim rules and 2
-report rules) is submitted with sbatch and finishes, the results and pages exist, and the local
-``compare_hardware`` rule runs beside them.
+report rules) is submitted with sbatch and finishes, the results and pages exist, the local ``compare_hardware``
+rule runs beside them, and a ``gpu=1`` resource (given to param_accounting with --set-resources, as paper-scale
+rules declare it) reaches the allocation as a GPU (the node offers one fake GPU, gres File=/dev/null).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = Path("/etc/slurm/slurm.conf")
+GRES = Path("/etc/slurm/gres.conf")  # one fake GPU (File=/dev/null) so the `gpu` resource can be checked
 STATE = Path(os.environ.get("REPRO_SLURM_STATE", "/tmp/repro-slurm-test"))
 MARK = "# written by tests/slurm/test_slurm_executor.py"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "sbatch", "srun", "scontrol")
@@ -66,13 +68,17 @@ def slurm_conf(state: Path, node: dict) -> str:
         "AccountingStorageType=accounting_storage/none",
         "MinJobAge=300",  # squeue must still list finished jobs when the executor asks (>= 120 s)
         "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory",
-        "ReturnToService=2", "MpiDefault=none", "MailProg=/bin/true",
+        "ReturnToService=2", "MpiDefault=none", "MailProg=/bin/true", "GresTypes=gpu",
         f"SlurmctldPort={CTLD_PORT}", f"SlurmdPort={SLURMD_PORT}",
         f"StateSaveLocation={state}/ctld", f"SlurmdSpoolDir={state}/spool",
         f"SlurmctldPidFile={state}/slurmctld.pid", f"SlurmdPidFile={state}/slurmd.pid",
         f"SlurmctldLogFile={state}/slurmctld.log", f"SlurmdLogFile={state}/slurmd.log",
-        f"NodeName={name} CPUs={node['CPUs']} RealMemory={mem} State=UNKNOWN",
+        f"NodeName={name} CPUs={node['CPUs']} RealMemory={mem} Gres=gpu:1 State=UNKNOWN",
         f"PartitionName=debug Nodes={name} Default=YES MaxTime=INFINITE State=UP", ""])
+
+
+def gres_conf(node: dict) -> str:
+    return f"{MARK}\nAutoDetect=off\nNodeName={node['NodeName']} Name=gpu File=/dev/null\n"
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -107,12 +113,14 @@ def cluster():
     key = STATE / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
-    backup = None
-    if CONF.exists() and MARK not in CONF.read_text():
-        backup = STATE / "slurm.conf.backup"
-        shutil.copy2(CONF, backup)
+    backups = {}
+    for f in (CONF, GRES):
+        if f.exists() and MARK not in f.read_text():
+            backups[f] = STATE / f"{f.name}.backup"
+            shutil.copy2(f, backups[f])
     CONF.parent.mkdir(parents=True, exist_ok=True)
     CONF.write_text(slurm_conf(STATE, _node()))
+    GRES.write_text(gres_conf(_node()))
     procs: list[subprocess.Popen] = []
     pids = STATE / "pids"
 
@@ -139,10 +147,11 @@ def cluster():
         if jobs:
             _run(["scancel", *jobs])
         _stop(procs)
-        if backup is not None:
-            shutil.copy2(backup, CONF)
-        elif CONF.exists() and MARK in CONF.read_text():
-            CONF.unlink()
+        for f in (CONF, GRES):
+            if f in backups:
+                shutil.copy2(backups[f], f)
+            elif f.exists() and MARK in f.read_text():
+                f.unlink()
 
 
 def _wait(cond, timeout: float, what: str) -> None:
@@ -173,16 +182,23 @@ def test_tiny_workflow_through_slurm_executor(cluster, tmp_path):
            "--profile", "profiles/slurm",
            "--slurm-status-command", "squeue", "--slurm-no-account", "--slurm-init-seconds-before-status-checks", "5",
            "--slurm-keep-successful-logs", "--slurm-logdir", str(tmp_path / "slurm_logs"),
-           "--config", "scale=tiny", f"results_dir={res}", f"reports_dir={rep}"]
+           # a GPU request as paper-scale rules make it: must reach sbatch as --gpus (checked below)
+           "--set-resources", "param_accounting:gpu=1",
+           "--config", "scale=tiny", "claims=[param_accounting,block_numerics]", f"results_dir={res}",
+           f"reports_dir={rep}"]
     t0 = time.time()
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
     took = time.time() - t0
     out = r.stdout + r.stderr
     (cluster / "snakemake.out").write_text(out)
     assert r.returncode == 0, out[-6000:]
-    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
+    submitted = dict(re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S*/rule_(\w+)/", out))
     # param_accounting and block_numerics (and their report pages unless those are localrules)
-    assert len(submitted) >= 2, out[-4000:]
+    assert {"param_accounting", "block_numerics"} <= set(submitted.values()), out[-4000:]
+    # finished jobs stay visible for MinJobAge: the GPU request reached the allocation, and only that one
+    shown = {rule: _run(["scontrol", "show", "job", jid]).stdout for jid, rule in submitted.items()}
+    assert "TresPerJob=gres:gpu:1" in shown["param_accounting"], shown["param_accounting"]
+    assert "gres:gpu" not in shown["block_numerics"], shown["block_numerics"]
     hw = next(p.name for p in res.iterdir())
     for claim in ("param_accounting", "block_numerics"):
         v = json.loads((res / hw / "tiny" / claim / "verdict.json").read_text())
@@ -192,4 +208,4 @@ def test_tiny_workflow_through_slurm_executor(cluster, tmp_path):
         logs = list((tmp_path / "slurm_logs").glob(f"rule_{claim}/**/*.log"))
         assert logs, f"no SLURM log for rule {claim}"
     assert (rep / "compare" / "tiny" / "index.md").exists()
-    print(f"SLURM jobs {', '.join(submitted)}; snakemake took {took:.0f} s")
+    print(f"SLURM jobs {submitted}; snakemake took {took:.0f} s")
