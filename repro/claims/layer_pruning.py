@@ -360,8 +360,10 @@ def _base_report(t, data, ev, device) -> list[dict]:
     return rows
 
 
-def run_stack(t, stack: str, params: dict, data: dict, device, out: Path) -> tuple[list[dict], dict]:
-    """BI/angular profile, unhealed and healed quality vs layers removed for one stack."""
+def run_stack(t, stack: str, params: dict, data: dict, device, out: Path, shared: dict | None = None
+              ) -> tuple[list[dict], dict]:
+    """BI/angular profile, unhealed and healed quality vs layers removed for one stack (``shared`` memoises the
+    healing control, the unpruned model fine-tuned, across the stacks of one model)."""
     rows, t0 = [], time.perf_counter()
     cal, hp, ev = params["calibration"], params["heal"], params["eval"]
     tokens = cal["encoder_tokens"] if stack == "encoder" else "last"
@@ -403,9 +405,9 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path) -> tup
     if heal_ns and hp["steps"] > 0:
         todo = ([("none", 0, [])] if hp["control"] else []) + [
             (rule, n, select_layers(rule, n, L, bi, ang, hp["seed"])) for rule in hp["rules"] for n in heal_ns]
-        healed_cache: dict = {}
+        healed_cache: dict = shared if shared is not None else {}
         for rule, n, layers in todo:
-            key = tuple(layers)
+            key = ("control",) if n == 0 else (stack, tuple(layers))
             if key not in healed_cache:
                 th = time.perf_counter()
                 m, res = heal(t.model, stack, layers, hp, data["train"], data["label_smoothing"], device,
@@ -422,7 +424,8 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path) -> tup
                           "seed": None, "layers": list(layers), **healed_cache[key]})
     for r in table:
         sweep = dict(stack=stack, rule=r["rule"], n_removed=r["n_removed"], fraction=round(r["fraction"], 4),
-                     healed=r["healed"], layers=",".join(map(str, r["layers"])), n_layers=L)
+                     healed=r["healed"], layers=",".join(map(str, r["layers"])), n_layers=L,
+                     excludes_last=(L - 1) not in r["layers"])
         if r["seed"] is not None:
             sweep["seed"] = r["seed"]
         if r["healed"]:
@@ -493,7 +496,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             datas["data"] = _data_for(t, tparams, stack, params)
             if which == "encdec":
                 rows += _base_report(t, datas["data"], params["eval"], device)
-        r, e = run_stack(t, stack, params, datas["data"], device, out)
+        r, e = run_stack(t, stack, params, datas["data"], device, out, datas.setdefault("healed", {}))
         rows += r
         extra[stack] = e["profile"]
         tables += e["table"]
@@ -561,9 +564,13 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                 f"{o}: " + ",".join(f"n={r['sweep']['block']}:l*={int(r['value'])}"
                                     for r in _sel(rows, "angular_argmin_start", stack=o))
                 for o in stacks if o != s)
+            bi_rows = [r for r in _sel(rows, "valid_nll", stack=s, rule="bi", healed=False)
+                       if r["sweep"]["n_removed"] <= L - 2 and "excludes_last" in r["sweep"]]
+            bi_txt = (f"; the BI rule keeps it at {sum(r['sweep']['excludes_last'] for r in bi_rows)}/{len(bi_rows)} "
+                      "counts" if bi_rows else "")
             checks.append(check(f"{s}: Gromov's argmin block keeps the last layer",
                                 all(ok), ", ".join(f"n={r['sweep']['block']}: l*={int(r['value'])}" for r in ar)
-                                + f" of {L} layers" + (f" ({others})" if others else ""),
+                                + f" of {L} layers" + (f" ({others})" if others else "") + bi_txt,
                                 "the block l*(n)..l*(n)+n-1 is deep but excludes the final layer"))
     # 2. lowest BI layers are deep
     for s in [s for s in ("lm",) if s in stacks]:
