@@ -609,10 +609,11 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         nc = _sel(rows, "no_collapse_up_to_percent", stack=s, rule="angular")
         if c:
             v = c[0]["value"]
-            # with L layers the collapse can only be seen at multiples of 100/L: accept when the step brackets the band
+            # with L layers the collapse is seen at multiples of 100/L: the threshold lies in (v - 100/L, v];
+            # consistent with the band when that interval overlaps it
             step = 100.0 / n_layers[s]
             checks.append(check(f"{s}: collapse point (angular rule, no healing) in the published band",
-                                lo - step < v and v - step < hi,
+                                v >= lo and v - step < hi,
                                 f"{v:.0f}% of {n_layers[s]} layers ({c[0]['sweep']['quality']} crosses the threshold)",
                                 f"{lo}-{hi}% (Qwen 20, Phi-2 25, Mistral 35, Llama-2 45-55; ShortGPT {sg_pct}%)"))
         elif nc:
