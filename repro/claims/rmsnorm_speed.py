@@ -1,0 +1,208 @@
+"""C4 rmsnorm_speed: RMSNorm vs LayerNorm running time.
+
+Reproduces Zhang & Sennrich 2019 (NeurIPS, arXiv 1910.07467): replacing LayerNorm by RMSNorm "reduces the running
+time by 7%~64%" (Table 4: Transformer-base 248 -> 231 s/1k steps, 6.9%; Tables 2-3, 6, 8, 10 for the other models),
+reported as the paper does: % running-time reduction = 100 (1 - t_RMS / t_LN). Also ScaleNorm (Nguyen & Salazar 2019,
+arXiv 1910.05895, Sec. 3.2: "around 5% faster" than LayerNorm).
+
+- The op alone: the kernel benchmark's norm sweep (repro.bench.kernels.run_norm_sweep: RMSNorm and LayerNorm
+  interleaved per provider, forward and forward+backward, hidden sizes and dtypes from config). Providers: ``torch``
+  (F.rms_norm / F.layer_norm), ``eager`` (the hand-written formula), ``compile`` (torch.compile of it) and ``triton``
+  (the suite's fused kernels; recorded as skipped on CPU, where Triton runs only under its interpreter).
+- The whole model: the training-step time (forward, backward, Adam step) of the shared DecoderLM with
+  norm = layernorm / rmsnorm / scalenorm for each ``norm_impl`` (torch, manual, triton), all variants interleaved
+  round by round in one process; the reduction is the median of the per-round paired ratios.
+- A verdict per implementation: does RMSNorm run faster than LayerNorm, at the op (median over sizes and dtypes of
+  the fwd+bwd time ratio) and in the model (paired ratio, beyond its spread)?
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from repro.bench import kernels
+from repro.bench.records import check, metric, verdict_from_checks
+from repro.bench.timing import paired_ratios, summarize, time_interleaved
+from repro.model import BlockConfig, DecoderLM, ModelConfig
+
+CLAIM = "rmsnorm_speed"
+log = logging.getLogger("repro.rmsnorm_speed")
+PROVIDER_IMPL = {"torch": "torch", "eager": "manual", "compile": "compile", "triton": "triton"}  # op provider -> name
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("rmsnorm_speed.device: 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+# ----------------------------------------------------------------------------------------------- the op
+def op_level(p: dict, device, out: Path) -> list[dict]:
+    """RMSNorm vs LayerNorm per provider via the kernel benchmark's sweep; raw rows go to out/kernels_norms.csv."""
+    sweep = {**p["op_sweep"], "device": device.type}
+    if "compile" in sweep.get("providers", ()):
+        import torch._inductor.config as inductor_config
+        inductor_config.compile_threads = p["compile_threads"]  # no compile-worker pool competing with the timing
+    krows = kernels.run_norm_sweep(sweep, log=log.info)
+    kernels.write_csv(krows, out / "kernels_norms.csv")
+    rows = []
+    for r in krows:
+        common = dict(provider=r["provider"], dtype=r["dtype"], hidden=r["hidden"], rows=r["rows"], **{"pass": r["pass"]})
+        if r["op"] in ("rmsnorm", "layernorm"):
+            if r["status"] == "ok":
+                rows.append(metric(CLAIM, "op_time", r["median_ms"] / 1e3, "s", spread=r["iqr_ms"] / 1e3, n=r["n"],
+                                   op=r["op"], **common))
+                rows.append(metric(CLAIM, "op_bandwidth", r["gbps"], "GB/s", op=r["op"], **common))
+                if r.get("peak_mb") is not None:
+                    rows.append(metric(CLAIM, "op_peak_memory", r["peak_mb"], "MiB", op=r["op"], **common))
+            else:
+                rows.append(metric(CLAIM, "op_time", None, "s", op=r["op"], status=r["status"], reason=r["reason"],
+                                   **common))
+        elif r["op"] == "rmsnorm_vs_layernorm" and r["metric"] == "time_ratio":
+            rows.append(metric(CLAIM, "op_time_ratio_rms_over_ln", r["value"], "ratio", n=r["n"], **common))
+            rows.append(metric(CLAIM, "op_time_reduction", 100 * (1 - r["value"]), "percent", n=r["n"],
+                               published_key="reduction_range", **common))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- the model
+def _variants(p: dict, device) -> tuple[dict, dict]:
+    """(norm, impl) variants to time; triton variants are skipped off CUDA (the interpreter is not a speed path)."""
+    run, skipped = {}, {}
+    for impl in p["model_impls"]:
+        for norm in p["model_norms"]:
+            if norm == "scalenorm" and impl != p["model_impls"][0]:
+                continue  # ScaleNorm has one implementation (eager); time it once
+            name = f"{norm}/{impl if norm != 'scalenorm' else 'eager'}"
+            if impl == "triton" and device.type != "cuda":
+                skipped[name] = kernels.INTERPRETER_REASON
+                continue
+            run[name] = (norm, impl)
+    return run, skipped
+
+
+def model_level(p: dict, device) -> list[dict]:
+    m = p["model"]
+    variants, skipped = _variants(p, device)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[m["dtype"]]
+    g = torch.Generator(device="cpu").manual_seed(p["seed"])
+    tokens = torch.randint(1, m["vocab"], (m["batch"], m["seq_len"] + 1), generator=g).to(device)
+    fns = {}
+    for name, (norm, impl) in variants.items():
+        torch.manual_seed(p["seed"])
+        cfg = ModelConfig(block=BlockConfig(d_model=m["d_model"], n_heads=m["n_heads"], d_ff=m["d_ff"], norm=norm,
+                                            norm_impl=impl if norm != "scalenorm" else "torch", ffn=m["ffn"],
+                                            attention=m["attention"]),
+                          vocab_size=m["vocab"], n_decoder_layers=m["layers"], max_seq_len=m["seq_len"],
+                          positional="learned")
+        model = DecoderLM(cfg).to(device=device, dtype=dtype).train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+        def step(model=model, opt=opt):
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            opt.step()
+
+        fns[name] = step
+    log.info("model: timing %d variants interleaved (%s); skipped: %s", len(fns), ", ".join(fns), skipped or "none")
+    samples = time_interleaved(fns, reps=m["reps"], warmup=m["warmup"], device=device, min_time=m["min_time_s"])
+    common = dict(layers=m["layers"], d_model=m["d_model"], seq_len=m["seq_len"], batch=m["batch"], dtype=m["dtype"])
+    rows = []
+    for name, sm in samples.items():
+        s = summarize(sm)
+        norm, impl = name.split("/")
+        rows.append(metric(CLAIM, "step_time", s["median"], "s", spread=s["iqr"], n=s["n"], norm=norm, impl=impl,
+                           **common))
+        log.info("model %s: %.1f ms/step (IQR %.1f ms, n=%d)", name, 1e3 * s["median"], 1e3 * s["iqr"], s["n"])
+    for name, reason in skipped.items():
+        norm, impl = name.split("/")
+        rows.append(metric(CLAIM, "step_time", None, "s", norm=norm, impl=impl, status="skipped", reason=reason,
+                           **common))
+    for impl in p["model_impls"]:
+        pairs = [(f"rmsnorm/{impl}", "rms")] + ([(f"scalenorm/eager", "scale")] if impl == p["model_impls"][0] else [])
+        for name, short in pairs:
+            if name in samples and f"layernorm/{impl}" in samples:
+                r = paired_ratios(samples, name, f"layernorm/{impl}")
+                rows.append(metric(CLAIM, f"step_time_ratio_{short}_over_ln", r["median"], "ratio", spread=r["iqr"],
+                                   n=r["n"], impl=impl, **common))
+                rows.append(metric(CLAIM, f"step_time_reduction_{short}", 100 * (1 - r["median"]), "percent",
+                                   spread=100 * r["iqr"], n=r["n"], impl=impl,
+                                   published_key="transformer_reduction" if short == "rms" else None, **common))
+                log.info("model %s vs layernorm/%s: %.1f%% running-time reduction (paired ratio %.3f, IQR %.3f)",
+                         name, impl, 100 * (1 - r["median"]), r["median"], r["iqr"])
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- verdict
+def judge(rows: list[dict], params: dict, scale: str) -> dict:
+    """One check per implementation and level: RMSNorm faster than LayerNorm (ratio below 1 beyond the margin)."""
+    margin = params["ratio_margin"]
+    checks, per_impl = [], {}
+    op = {}
+    for r in rows:
+        if r["metric"] == "op_time_ratio_rms_over_ln" and r["sweep"].get("pass") == "fwd_bwd" and r["value"] is not None:
+            op.setdefault(r["sweep"]["provider"], []).append(r["value"])
+    for provider, ratios in op.items():
+        med = statistics.median(ratios)
+        c = check(f"op fwd+bwd, {provider}: RMSNorm faster than LayerNorm", med <= 1 - margin,
+                  f"median rms/ln time ratio {med:.3f} over {len(ratios)} sizes x dtypes (range {min(ratios):.2f}-"
+                  f"{max(ratios):.2f}); reduction {100 * (1 - med):.1f}%",
+                  f"ratio <= {1 - margin:.2f}; paper: 7%~64% reduction")
+        checks.append(c)
+        per_impl.setdefault(PROVIDER_IMPL.get(provider, provider), []).append(c)
+    for r in rows:
+        if r["metric"] == "step_time_ratio_rms_over_ln" and r["value"] is not None:
+            impl, med, iqr = r["sweep"]["impl"], r["value"], r["spread"] or 0.0
+            c = check(f"model training step, norm_impl={impl}: RMSNorm faster than LayerNorm",
+                      med + iqr / 2 <= 1 - margin,
+                      f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}%",
+                      f"ratio + IQR/2 <= {1 - margin:.2f}; paper: Transformer 6.9% (248 -> 231 s/1k steps, V100)")
+            checks.append(c)
+            per_impl.setdefault(impl, []).append(c)
+        if r["metric"] == "step_time_ratio_scale_over_ln" and r["value"] is not None:
+            med, iqr = r["value"], r["spread"] or 0.0
+            checks.append(check("model training step: ScaleNorm not slower than LayerNorm", med - iqr / 2 <= 1.0,
+                                f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}%",
+                                "ratio - IQR/2 <= 1; Nguyen & Salazar: 'around 5% faster'"))
+    v = verdict_from_checks(CLAIM, checks, scale)
+    v["per_implementation"] = {}
+    for impl, cs in per_impl.items():
+        sub = verdict_from_checks(CLAIM, cs, scale)
+        v["per_implementation"][impl] = {"verdict": sub["verdict"], "reason": sub["reason"]}
+    skipped = sorted({r["sweep"]["provider"] for r in rows if r["metric"] == "op_time" and r["value"] is None}
+                     | {r["sweep"]["impl"] for r in rows if r["metric"] == "step_time" and r["value"] is None})
+    for impl in skipped:
+        reason = next((r["sweep"].get("reason") for r in rows if r["value"] is None and
+                       impl in (r["sweep"].get("provider"), r["sweep"].get("impl"))), "")
+        v["per_implementation"].setdefault(PROVIDER_IMPL.get(impl, impl),
+                                           {"verdict": "not_applicable", "reason": f"not measured here: {reason}"})
+    return v
+
+
+def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
+    """Op-level sweep (kernel benchmark) and whole-model training-step time with LayerNorm / RMSNorm / ScaleNorm."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = _device(params["device"])
+    torch.manual_seed(params["seed"])
+    log.info("device %s: op sweep, then the model", device)
+    rows = op_level(params, device, out)
+    rows += model_level(params, device)
+    v = judge(rows, params, scale)
+    for impl, sub in v["per_implementation"].items():
+        log.info("verdict for %s: %s", impl, sub["verdict"])
+    return rows, v
+
+
+if __name__ == "__main__":
+    from repro.claims._cli import main
+
+    raise SystemExit(main(CLAIM, run))
