@@ -1,0 +1,90 @@
+"""C7 plots: attention peak memory and time vs sequence length per backend (Dao et al. 2022, Sec. 4 / Fig 3), Table 21's
+memory beside the measured values, and the Fig 2 shape / end-to-end step times."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+TABLE21 = {"math": {1024: 1184, 4096: 17024}, "flash": {1024: 209, 4096: 836, 65536: 13376}}
+
+
+def _cols(frame, *keys):
+    frame = frame.copy()
+    for k in keys:
+        frame[k] = frame["sweep"].map(lambda s, k=k: s.get(k))
+    return frame
+
+
+def _vs_n(metrics, out_dir, name, ylabel, fname, caption, ref_slopes):
+    m = metrics[(metrics["metric"] == name) & metrics["value"].notna()]
+    if not len(m):
+        return None
+    m = _cols(m, "provider", "pass", "causal", "seq_len", "head_dim", "dtype")
+    m["causal"] = m["causal"].map({True: "causal", False: "full"})
+    g = sns.relplot(data=m, x="seq_len", y="value", hue="provider", style="causal", col="pass", kind="line",
+                    marker="o", height=3, aspect=1.1)
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2); ax.set_yscale("log")
+        if ref_slopes and len(m):
+            x = np.array(sorted(m["seq_len"].unique()), dtype=float)
+            y0 = m["value"].median()
+            for s, ls in ref_slopes:
+                ax.plot(x, y0 * (x / x[len(x) // 2]) ** s, ls=ls, color="gray", lw=1)
+    g.set_axis_labels("sequence length N", ylabel)
+    g.savefig(out_dir / fname, dpi=110); plt.close(g.figure)
+    return (fname, caption)
+
+
+def _table21(metrics, out_dir):
+    m = metrics[(metrics["metric"] == "table21_peak_memory") & metrics["value"].notna()]
+    if not len(m):
+        return None
+    m = _cols(m, "backend", "seq_len", "batch", "heads", "head_dim", "dtype")
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    sns.lineplot(data=m, x="seq_len", y="value", hue="backend", marker="o", ax=ax)
+    for label, pts, mk in (("paper: PyTorch", TABLE21["math"], "x"), ("paper: FlashAttention", TABLE21["flash"], "+")):
+        ax.scatter(list(pts), list(pts.values()), marker=mk, color="black", s=50, label=label, zorder=5)
+    ax.set_xscale("log", base=2); ax.set_yscale("log")
+    b, h, d = m["batch"].iloc[0], m["heads"].iloc[0], m["head_dim"].iloc[0]
+    ax.set_xlabel("sequence length N"); ax.set_ylabel("fwd+bwd peak incl. inputs (MB)")
+    ax.set_title(f"measured: batch {b}, {h} heads, d {d}, {m['dtype'].iloc[0]}; paper: batch 16, 8 heads, d 64, fp16",
+                 fontsize=7)
+    ax.legend(fontsize=7)
+    fig.tight_layout(); fig.savefig(out_dir / "table21_memory.png", dpi=110); plt.close(fig)
+    return ("table21_memory.png", "Peak memory of one forward+backward (q, k, v, dO included) per backend, beside "
+            "Dao et al. Table 21 (black markers; their shape may differ from the measured one, see the title).")
+
+
+def _steps(metrics, out_dir):
+    parts = []
+    for name, label in (("fig2_time_fwd_bwd", "Fig 2 shape: attention fwd+bwd (ms)"),
+                        ("train_step_time", "end-to-end training step (s)"),
+                        ("train_step_peak_memory", "end-to-end step peak memory (MiB)")):
+        m = metrics[(metrics["metric"] == name) & metrics["value"].notna()]
+        if len(m):
+            parts.append((_cols(m, "backend"), label))
+    if not parts:
+        return None
+    fig, axes = plt.subplots(1, len(parts), figsize=(3.3 * len(parts), 3.2))
+    axes = np.atleast_1d(axes)
+    for ax, (m, label) in zip(axes, parts):
+        ax.bar(m["backend"], m["value"], yerr=m["spread"].fillna(0) / 2, color="steelblue")
+        ax.set_title(label, fontsize=8)
+        if label.startswith("Fig 2"):
+            ax.text(0.02, 0.95, "paper (A100, batch 64):\nstandard 41.7 ms, FlashAttention 7.3 ms",
+                    transform=ax.transAxes, fontsize=6, va="top")
+    fig.tight_layout(); fig.savefig(out_dir / "steps.png", dpi=110); plt.close(fig)
+    return ("steps.png", "Fig 2's GPT-2-medium attention shape (fwd+bwd) and an end-to-end training step of a "
+            "GPT-2-shaped model per attention backend (bars: IQR/2).")
+
+
+def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+    out = [_vs_n(metrics, out_dir, "attn_peak_memory", "peak memory (MiB)", "memory_vs_n.png",
+                 "Peak memory above the inputs vs N per provider (log-log; gray: slopes 1 and 2). Standard attention "
+                 "materialises the N x N scores; SDPA and the Triton kernel do not.", [(1, ":"), (2, "--")]),
+           _vs_n(metrics, out_dir, "attn_time", "median time (s)", "time_vs_n.png",
+                 "Attention time vs N per provider and pass (interleaved, medians).", []),
+           _table21(metrics, out_dir), _steps(metrics, out_dir)]
+    return [o for o in out if o]
