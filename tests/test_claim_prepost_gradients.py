@@ -34,7 +34,7 @@ def test_tiny_run_shapes(tiny):
               "lemma2_postln_sq_norm_over_d", "lemma2_preln_sq_norm_over_d", "lemma2_preln_sq_norm_slope"):
         assert m in names, m
     assert verdict["verdict"] == "not_applicable"
-    assert (out / "spm.model").exists() and (out / "setup.json").exists()
+    assert (out / "_work" / "spm.model").exists() and (out / "setup.json").exists()
     ratio = next(r for r in rows if r["metric"] == "thm1_depth_exponent_ratio")
     assert ratio["published_value"] == -0.5
 

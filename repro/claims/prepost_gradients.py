@@ -82,7 +82,7 @@ def real_batches(data: dict, out: Path) -> tuple[list, int, int]:
     """The first ``n_batches`` token batches (about ``max_tokens`` padded tokens each) of the training split.
 
     From a fairseq data-bin when ``data.data_bin`` is set, else from ``data.corpus`` with a sentencepiece model
-    (``data.vocab_size``) trained into ``out``. Returns (batches, vocabulary size, pad id)."""
+    (``data.vocab_size``) trained into ``out/_work``. Returns (batches, vocabulary size, pad id)."""
     from repro.data import encode_corpus, load_corpus, token_batches, train_sentencepiece
 
     if data.get("data_bin"):
@@ -100,7 +100,7 @@ def real_batches(data: dict, out: Path) -> tuple[list, int, int]:
         corpus = load_corpus(data["corpus"], data["direction"])
         pairs = corpus.train
         texts = [s for pair in pairs[: data["tokenizer_sentences"]] for s in pair]
-        tok = train_sentencepiece(texts, out / "spm", data["vocab_size"])
+        tok = train_sentencepiece(texts, out / "_work" / "spm", data["vocab_size"])  # _work/ is git-ignored
         encoded = encode_corpus(pairs[: data["encode_sentences"]], tok, data["max_len"])
         vocab, pad = tok.vocab_size, tok.pad_id
     it = token_batches(encoded, data["max_tokens"], shuffle=True, seed=data["batch_seed"])
