@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
 from repro.bench.records import metric, verdict, write_results
@@ -20,7 +19,7 @@ def _fp(hw: str, torch_version: str, cuda: str | None) -> dict:
     return {"hardware_id": hw, "hardware": {"cpu": "Test CPU", "cores": 2, "memory_gib": 24.0, "machine": "x86_64",
                                             "accelerator": acc},
             "software": {"python": "3.11.7", "torch": torch_version, "triton": "3.7.1"},
-            "git": {"commit": "0123456789abcdef", "dirty": False}, "timestamp": f"2026-11-29T10:00:00+00:00"}
+            "git": {"commit": "0123456789abcdef", "dirty": False}, "timestamp": "2026-11-29T10:00:00+00:00"}
 
 
 def _write(root, hw, claim, rows, fp, scale="default"):
