@@ -1,0 +1,107 @@
+"""BLEU for the translation claims (issue 4): sacrebleu corpus BLEU (Post 2018) with its signature, the copy
+baseline and the placeholder-free subset, and paired bootstrap resampling (Koehn 2004).
+
+Head pruning (Michel et al. 2019, Table 1-2) asks whether ablating one head changes BLEU significantly: compute
+:func:`sentence_stats` once per system, then :func:`paired_bootstrap` between the baseline and each ablation
+(the resampled index sets depend only on the seed, so every comparison uses the same samples).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from sacrebleu.metrics import BLEU
+
+_BLEU = BLEU()  # default: 13a tokenisation, exp smoothing, mixed case
+
+
+def bleu_metric() -> BLEU:
+    return _BLEU
+
+
+@dataclass
+class BleuScore:
+    score: float
+    signature: str
+    n: int
+    bp: float
+    sys_len: int
+    ref_len: int
+    precisions: list
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def corpus_bleu(hyps: list[str], refs: list[str]) -> BleuScore:
+    """sacrebleu corpus BLEU of ``hyps`` against one reference each, with the sacrebleu signature."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"corpus_bleu: {len(hyps)} hypotheses but {len(refs)} references")
+    r = _BLEU.corpus_score(list(hyps), [list(refs)])
+    return BleuScore(float(r.score), str(_BLEU.get_signature()), len(hyps), float(r.bp), int(r.sys_len),
+                     int(r.ref_len), [float(p) for p in r.precisions])
+
+
+def sentence_stats(hyps: list[str], refs: list[str]) -> np.ndarray:
+    """(N, 10) sufficient statistics per sentence (sys_len, ref_len, 4 n-gram matches, 4 n-gram totals),
+    summable over any subset (how sacrebleu's own significance tests resample)."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"sentence_stats: {len(hyps)} hypotheses but {len(refs)} references")
+    return np.asarray(_BLEU._extract_corpus_statistics(list(hyps), [list(refs)]), dtype=np.int64)
+
+
+def bleu_from_stats(stats: np.ndarray) -> float:
+    """Corpus BLEU of the summed statistics of the rows of ``stats`` (one subset) or of each sample
+    when ``stats`` is (n_samples, 10)."""
+    stats = np.asarray(stats)
+    if stats.ndim == 1:
+        return float(_BLEU._compute_score_from_stats([int(x) for x in stats]).score)
+    return np.array([_BLEU._compute_score_from_stats([int(x) for x in row]).score for row in stats])
+
+
+def subset_bleu(hyps: list[str], refs: list[str], mask: list[bool]) -> BleuScore:
+    """BLEU on the pairs where ``mask`` is True (e.g. ``Corpus.test_clean_mask``: no placeholders)."""
+    if len(mask) != len(hyps):
+        raise ValueError(f"subset_bleu: mask has {len(mask)} entries for {len(hyps)} hypotheses")
+    return corpus_bleu([h for h, m in zip(hyps, mask) if m], [r for r, m in zip(refs, mask) if m])
+
+
+def bootstrap_indices(n: int, samples: int, seed: int) -> np.ndarray:
+    """(samples, n) sentence indices drawn with replacement; a pure function of (n, samples, seed)."""
+    return np.random.default_rng(seed).integers(0, n, size=(samples, n))
+
+
+def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, samples: int = 1000, seed: int = 0,
+                     alpha: float = 0.05) -> dict:
+    """Paired bootstrap resampling (Koehn 2004) of BLEU(b) - BLEU(a) on the same test sentences.
+
+    Returns the observed BLEUs and delta, the (1 - alpha) percentile interval of the delta and of each system's
+    BLEU, and a two-sided p-value: 2 * min(P(delta* <= 0), P(delta* >= 0)) over the resamples (capped at 1),
+    i.e. how often the resampled difference has the other sign."""
+    stats_a, stats_b = np.asarray(stats_a), np.asarray(stats_b)
+    if stats_a.shape != stats_b.shape:
+        raise ValueError(f"paired_bootstrap: systems scored on different sets ({stats_a.shape} vs {stats_b.shape})")
+    n = stats_a.shape[0]
+    idx = bootstrap_indices(n, samples, seed)
+    # sum statistics per resample without materialising (samples, n, 10): counts of each index
+    counts = np.zeros((samples, n), dtype=np.int64)
+    np.add.at(counts, (np.repeat(np.arange(samples), n), idx.reshape(-1)), 1)
+    sa, sb = counts @ stats_a, counts @ stats_b
+    ba, bb = bleu_from_stats(sa), bleu_from_stats(sb)
+    delta = bb - ba
+    obs_a, obs_b = bleu_from_stats(stats_a.sum(0)), bleu_from_stats(stats_b.sum(0))
+    q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
+    p = min(1.0, 2 * min(float(np.mean(delta <= 0)), float(np.mean(delta >= 0))))
+    return {"bleu_a": obs_a, "bleu_b": obs_b, "delta": obs_b - obs_a, "p_value": p,
+            "delta_ci": [float(x) for x in np.percentile(delta, q)],
+            "ci_a": [float(x) for x in np.percentile(ba, q)], "ci_b": [float(x) for x in np.percentile(bb, q)],
+            "samples": samples, "seed": seed, "alpha": alpha}
+
+
+def bleu_report(hyps: list[str], refs: list[str], sources: list[str], clean_mask: list[bool] | None = None) -> dict:
+    """Full-test BLEU, placeholder-free-subset BLEU and the copy baseline (source used as the output) on both."""
+    out = {"full": corpus_bleu(hyps, refs).as_dict(), "copy_full": corpus_bleu(sources, refs).as_dict()}
+    if clean_mask is not None:
+        out["clean"] = subset_bleu(hyps, refs, clean_mask).as_dict()
+        out["copy_clean"] = subset_bleu(sources, refs, clean_mask).as_dict()
+    return out

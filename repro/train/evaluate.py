@@ -1,0 +1,130 @@
+"""Command line: the translation benchmark of issue 4 -- decode the test set with the trained model and write
+BLEU results records (sacrebleu signature, full test, placeholder-free subset, copy baseline, decoding tokens/s,
+minutes trained) under ``results/<hw>/<scale>/translation/`` via repro.bench.records.
+
+``python -m repro.train.evaluate --params JSON --scale S --model DIR --out RESULTS_DIR [--lm DIR]``
+
+Verdict (issue 4 target): the test BLEU reaches ``eval.target_bleu`` with at least 6 encoder layers and at least
+4 heads per layer; tiny scale is not_applicable (plumbing only).  The hypotheses are written to
+``test.hyp.txt`` so claims and readers can inspect them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+CLAIM = "translation"
+log = logging.getLogger("repro.translation")
+
+
+def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path | None = None):
+    """Decode valid/test, score them, and return (metrics rows, verdict)."""
+    import torch
+
+    from repro.bench.records import metric
+    from repro.train.bleu import bleu_report
+    from repro.train.decode import DecodeConfig
+    from repro.train.loop import evaluate_loss
+    from repro.train.pipeline import encode_splits, load_data, load_trained, valid_batches
+
+    torch.set_num_threads(int(params.get("threads", torch.get_num_threads())))
+    device = params.get("device", "cpu")
+    t = load_trained(model_dir, device=device)
+    corpus = load_data(params)
+    dcfg = DecodeConfig.from_params(params["eval"])
+    ck = t.checkpoint
+    minutes = float(ck.get("elapsed_s", 0.0)) / 60
+    cfg = t.model.cfg
+    common = dict(decoder=dcfg.decoder, beam=dcfg.beam if dcfg.decoder == "beam" else 1)
+    rows = []
+    summary = {"steps": ck.get("step"), "train_minutes": minutes, "stop_reason": ck.get("stop_reason"),
+               "encoder_layers": cfg.n_encoder_layers, "decoder_layers": cfg.n_decoder_layers,
+               "heads": cfg.block.n_heads, "d_model": cfg.block.d_model, "norm_position": cfg.block.norm_position,
+               "parameters": sum(p.numel() for p in t.model.parameters())}
+    for split in ("valid", "test"):
+        srcs, refs = corpus.sources(split), corpus.references(split)
+        log.info("decoding %s: %d sentences (%s)", split, len(srcs), dcfg)
+        hyps, st = t.translate(srcs, dcfg, device=device)
+        (out / f"{split}.hyp.txt").write_text("\n".join(hyps) + "\n")
+        rep = bleu_report(hyps, refs, srcs, corpus.clean_masks[split])
+        summary[split] = rep
+        summary[f"{split}_decode"] = st
+        for key, name in (("full", "bleu"), ("clean", "bleu_clean"), ("copy_full", "bleu_copy_baseline"),
+                          ("copy_clean", "bleu_copy_baseline_clean")):
+            rows.append(metric(CLAIM, name, rep[key]["score"], "BLEU", n=rep[key]["n"], split=split,
+                               signature=rep[key]["signature"], **common))
+        rows.append(metric(CLAIM, "decode_tokens_per_s", st["tokens_per_s"], "tokens/s", n=st["sentences"],
+                           split=split, **common))
+        log.info("%s BLEU %.2f (clean %.2f; copy baseline %.2f / %.2f) %s; %.0f tok/s", split, rep["full"]["score"],
+                 rep["clean"]["score"], rep["copy_full"]["score"], rep["copy_clean"]["score"],
+                 rep["full"]["signature"], st["tokens_per_s"])
+    # validation loss of the final model
+    tr = t.params.get("training") or params["training"]
+    enc = encode_splits(params, t.tokenizer, corpus, tr["max_len"])
+    vl = evaluate_loss(t.model, valid_batches(enc["valid"], tr["max_tokens"]), t.tokenizer.pad_id, device=device)
+    rows.append(metric(CLAIM, "valid_nll", vl["nll"], "nats/token", n=vl["tokens"], split="valid"))
+    rows.append(metric(CLAIM, "train_minutes", minutes, "min", n=ck.get("step")))
+    tok_s = (ck.get("train_tokens") or 0) / max(float(ck.get("elapsed_s") or 0), 1e-9)
+    rows.append(metric(CLAIM, "train_tokens_per_s", tok_s, "tokens/s", n=ck.get("step")))
+    rows.append(metric(CLAIM, "train_steps", ck.get("step"), "updates"))
+    summary["valid_nll"] = vl["nll"]
+    summary["train_tokens_per_s"] = tok_s
+    if lm_dir is not None:
+        lm = load_trained(lm_dir, device=device)
+        enc_lm = encode_splits(params, lm.tokenizer, corpus, params["lm"]["training"]["max_len"])
+        r = evaluate_loss(lm.model, valid_batches(enc_lm["valid"], params["lm"]["training"]["max_tokens"]),
+                          lm.tokenizer.pad_id, device=device)
+        rows.append(metric(CLAIM, "lm_valid_ppl", r["ppl"], "perplexity", n=r["tokens"], split="valid"))
+        rows.append(metric(CLAIM, "lm_train_minutes", float(lm.checkpoint.get("elapsed_s", 0)) / 60, "min"))
+        summary["lm_valid_ppl"] = r["ppl"]
+    (out / "bleu.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    return rows, judge(rows, params, scale, summary)
+
+
+def judge(rows: list[dict], params: dict, scale: str, summary: dict) -> dict:
+    """Issue 4's target: test BLEU >= eval.target_bleu from a model with >= 6 encoder layers, >= 4 heads."""
+    from repro.bench.records import check, verdict_from_checks
+
+    test_bleu = next(r["value"] for r in rows if r["metric"] == "bleu" and r["sweep"].get("split") == "test")
+    copy = next(r["value"] for r in rows if r["metric"] == "bleu_copy_baseline" and r["sweep"].get("split") == "test")
+    target = params["eval"]["target_bleu"]
+    checks = [
+        check("test BLEU reaches the target", test_bleu >= target,
+              f"{test_bleu:.2f} after {summary['train_minutes']:.1f} min ({summary['steps']} updates)",
+              f">= {target}"),
+        check("model size as required", summary["encoder_layers"] >= 6 and summary["heads"] >= 4,
+              f"{summary['encoder_layers']} encoder layers, {summary['heads']} heads", ">= 6 layers, >= 4 heads"),
+        check("beats the copy baseline", test_bleu > copy, f"{test_bleu:.2f} vs copy {copy:.2f}", "model > copy"),
+    ]
+    return verdict_from_checks(CLAIM, checks, scale, partial_ok=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m repro.train.evaluate", description=__doc__.split("\n")[0])
+    ap.add_argument("--params", help="JSON parameters (default: config/claims/translation.yaml at --scale)")
+    ap.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
+    ap.add_argument("--model", required=True, type=Path, help="model folder (checkpoint_last.pt)")
+    ap.add_argument("--lm", type=Path, default=None, help="LM folder, to report its validation perplexity")
+    ap.add_argument("--out", required=True, type=Path, help="results folder")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    from repro import config
+    from repro.bench.records import write_results
+
+    params = json.loads(a.params) if a.params else config.section(CLAIM, a.scale)
+    a.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    rows, verdict = evaluate(params, a.scale, a.model, a.out, a.lm)
+    verdict = {**verdict, "runtime_s": round(time.time() - t0, 1)}
+    write_results(a.out, claim=CLAIM, scale=a.scale, metrics=rows, verdict=verdict, config=params)
+    log.info("translation: %s (%s)", verdict["verdict"], verdict["reason"][:300])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,463 @@
+"""Training loop for the translation claims (issue 4): encoder-decoder (Vaswani et al. 2017) and decoder-only LM.
+
+Used by head pruning (Michel et al. 2019: train, then fine-tune with a gate penalty), warm-up stability
+(Xiong et al. 2020: Post-LN vs Pre-LN with and without warm-up, divergence counted) and layer pruning
+(Fan et al. 2020: heal pruned models).  Everything is a parameter:
+
+* token-based batches (``repro.data.token_batches``), label-smoothed cross entropy with pad ignored;
+* Adam/AdamW (betas, eps, weight decay), optional gradient clipping;
+* schedules ``inverse_sqrt`` (linear warm-up from ``warmup_init_lr``, then ``lr * sqrt(warmup / step)``),
+  ``linear_warmup_constant`` and ``constant`` (no warm-up);
+* stop at ``max_steps`` and/or after ``max_minutes`` of training (summed over resumes);
+* periodic validation loss; atomic checkpoints (model, optimizer, schedule step, RNG states, batch position,
+  curves) every N steps or minutes; ``resume=True`` continues from ``<ckpt_dir>/checkpoint_last.pt``;
+* divergence (NaN/inf loss, or loss above ``explode_loss``) ends the run with ``TrainResult.diverged=True``
+  instead of raising, so warm-up experiments can count it.
+
+Main entry point::
+
+    train(model, train_batches_fn, valid_batches, optim_cfg, schedule_cfg, run_cfg,
+          ckpt_dir=None, extra_loss=None, curve_path=None, resume=True, device="cpu") -> TrainResult
+
+``train_batches_fn(epoch) -> iterable of Batch`` (deterministic for a given epoch, so a resumed run skips the
+batches it had already used); ``valid_batches``: a list of Batch (or None).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger("repro.train")
+CKPT_NAME = "checkpoint_last.pt"
+
+
+class TrainConfigError(ValueError):
+    """A training parameter is invalid; the message names the key."""
+
+
+def _from(cls, data, prefix: str):
+    if isinstance(data, cls):
+        return data
+    if data is None:
+        return cls()
+    known = {f.name for f in fields(cls)}
+    bad = sorted(set(data) - known)
+    if bad:
+        raise TrainConfigError(f"{prefix}.{bad[0]}: unknown key (valid: {', '.join(sorted(known))})")
+    return cls(**data)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 5e-4
+    betas: tuple = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0  # 0: no clipping
+    label_smoothing: float = 0.1
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise TrainConfigError(f"optimizer.lr: must be > 0, got {self.lr}")
+        if len(self.betas) != 2:
+            raise TrainConfigError(f"optimizer.betas: need two values, got {self.betas}")
+        self.betas = tuple(float(b) for b in self.betas)
+
+
+SCHEDULES = ("inverse_sqrt", "linear_warmup_constant", "constant")
+
+
+@dataclass
+class ScheduleConfig:
+    kind: str = "inverse_sqrt"
+    warmup_steps: int = 4000
+    warmup_init_lr: float = 1e-7
+
+    def __post_init__(self):
+        if self.kind not in SCHEDULES:
+            raise TrainConfigError(f"schedule.kind: {self.kind!r} is not one of {', '.join(SCHEDULES)}")
+        if self.warmup_steps < 0:
+            raise TrainConfigError(f"schedule.warmup_steps: must be >= 0, got {self.warmup_steps}")
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    log_every: int = 100
+    valid_every: int = 1000
+    ckpt_every_steps: int = 1000
+    ckpt_every_minutes: float = 10.0
+    explode_loss: float = 50.0
+    budget_clock: str = "wall"  # wall | process (CPU seconds of this process / torch threads)
+    progress: bool = True  # tqdm bar on stderr when stderr is a terminal
+
+    def __post_init__(self):
+        if self.max_steps is None and self.max_minutes is None:
+            raise TrainConfigError("training: set max_steps or max_minutes (or both); neither bounds the run")
+        if self.budget_clock not in ("wall", "process"):
+            raise TrainConfigError(f"training.budget_clock: {self.budget_clock!r} is not wall or process")
+
+
+def configs_from_params(training: Mapping) -> tuple[OptimConfig, ScheduleConfig, RunConfig]:
+    """Split a ``training`` section of config/claims/translation.yaml into the three config objects."""
+    t = dict(training)
+    opt = dict(t.get("optimizer") or {})
+    opt["label_smoothing"] = t.get("label_smoothing", 0.1)
+    run_keys = {f.name for f in fields(RunConfig)}
+    run = {k: v for k, v in t.items() if k in run_keys}
+    return (_from(OptimConfig, opt, "training.optimizer"), _from(ScheduleConfig, t.get("schedule"), "training.schedule"),
+            _from(RunConfig, run, "training"))
+
+
+def lr_at(step: int, base_lr: float, sched: ScheduleConfig) -> float:
+    """Learning rate used for update number ``step`` (0-based)."""
+    if sched.kind == "constant":
+        return base_lr
+    w = sched.warmup_steps
+    if w > 0 and step < w:
+        return sched.warmup_init_lr + (base_lr - sched.warmup_init_lr) * (step + 1) / w
+    if sched.kind == "linear_warmup_constant":
+        return base_lr
+    return base_lr * math.sqrt(max(w, 1) / (step + 1))  # inverse_sqrt: lr * sqrt(warmup / step)
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    epochs: int
+    diverged: bool
+    diverged_step: int | None
+    stop_reason: str  # max_steps | max_minutes | diverged
+    final_loss: float | None  # mean training loss over the last log window
+    best_valid_loss: float | None
+    last_valid_loss: float | None
+    train_minutes: float
+    tokens_per_s: float  # target (non-pad) tokens per second of training (budget clock)
+    train_tokens: int
+    curve: list[dict] = field(default_factory=list)  # per update: step, loss, nll, lr, grad_norm, tokens
+    valid_curve: list[dict] = field(default_factory=list)  # step, valid_loss, valid_nll
+    resumed_from: int | None = None
+    budget_clock: str = "wall"
+    wall_minutes: float | None = None  # wall-clock minutes of the update loops (all calls)
+
+    def summary(self) -> dict:
+        d = asdict(self)
+        d.pop("curve"), d.pop("valid_curve")
+        return d
+
+
+def model_loss(model, batch, label_smoothing: float, pad_id: int):
+    """(label-smoothed loss, nll) summed over non-pad targets, and the logits.  Works for EncoderDecoder
+    (``model(src, tgt_in, src_pad_mask, tgt_pad_mask)``) and DecoderLM (``model(tgt_in, tgt_pad_mask)``)."""
+    if hasattr(model, "encoder"):
+        logits = model(batch.src, batch.tgt_in, batch.src_pad_mask, batch.tgt_pad_mask)
+    else:
+        logits = model(batch.tgt_in, batch.tgt_pad_mask)
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    target = batch.tgt_out.reshape(-1)
+    loss = F.cross_entropy(flat, target, ignore_index=pad_id, label_smoothing=label_smoothing, reduction="sum")
+    with torch.no_grad():
+        nll = F.cross_entropy(flat, target, ignore_index=pad_id, reduction="sum")
+    return loss, nll, logits
+
+
+@torch.no_grad()
+def evaluate_loss(model, batches: Iterable, pad_id: int, label_smoothing: float = 0.0, device="cpu") -> dict:
+    """Per-token loss and NLL (nats) over ``batches``; the model is put in eval mode and restored."""
+    was = model.training
+    model.eval()
+    tot, tot_nll, n = 0.0, 0.0, 0
+    for b in batches:
+        b = b.to(device)
+        loss, nll, _ = model_loss(model, b, label_smoothing, pad_id)
+        tot += float(loss)
+        tot_nll += float(nll)
+        n += b.ntokens
+    model.train(was)
+    return {"loss": tot / max(n, 1), "nll": tot_nll / max(n, 1), "ppl": math.exp(min(tot_nll / max(n, 1), 50)),
+            "tokens": n}
+
+
+def _rng_state() -> dict:
+    """RNG states as tensors/ints only, so checkpoints load with ``torch.load(weights_only=True)``."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)),
+                                                      "pos": int(pos), "has_gauss": int(has_gauss),
+                                                      "gauss": float(gauss)},
+            "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"].cpu())
+    n = s["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    random.setstate(s["python"])
+    if s.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def save_checkpoint(path: str | Path, state: dict) -> None:
+    """``torch.save`` to a temporary file in the same folder, then rename: a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
+    """Load a checkpoint written by :func:`save_checkpoint` (safe loading: ``weights_only=True``)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: checkpoint not found")
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def write_curve_csv(path: str | Path, curve: list[dict], valid_curve: list[dict]) -> None:
+    """One row per update (step, loss, nll, lr, grad_norm, tokens, elapsed_s) with valid_loss/valid_nll on the
+    updates where validation ran."""
+    from repro.bench.records import atomic_write_text
+
+    vmap = {v["step"]: v for v in valid_curve}
+    cols = ["step", "epoch", "loss", "nll", "lr", "grad_norm", "tokens", "elapsed_s", "valid_loss", "valid_nll"]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for r in curve:
+        v = vmap.get(r["step"], {})
+        w.writerow({**r, "valid_loss": v.get("valid_loss", ""), "valid_nll": v.get("valid_nll", "")})
+    atomic_write_text(path, buf.getvalue())
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    torch.manual_seed(seed)
+
+
+def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: list | None,
+          optim_cfg: OptimConfig | Mapping, schedule_cfg: ScheduleConfig | Mapping, run_cfg: RunConfig | Mapping,
+          ckpt_dir: str | Path | None = None, extra_loss: Callable | None = None, curve_path: str | Path | None = None,
+          resume: bool = True, device: str | torch.device = "cpu", pad_id: int | None = None,
+          stop_after_steps: int | None = None, ckpt_extra: Mapping | None = None) -> TrainResult:
+    """Train ``model`` in place; see the module docstring.
+
+    ``extra_loss(model) -> scalar tensor`` is added to the per-token loss (e.g. an L0/L1 head-gate penalty).
+    ``stop_after_steps`` stops this call (saving a checkpoint) after that many updates in *this* call without
+    ending the run, which is how an interruption is simulated in tests.  ``ckpt_extra`` is stored in each
+    checkpoint (e.g. the model config and tokenizer path, so the checkpoint can be reloaded on its own).
+    """
+    opt_c = _from(OptimConfig, optim_cfg, "training.optimizer")
+    sch_c = _from(ScheduleConfig, schedule_cfg, "training.schedule")
+    run_c = _from(RunConfig, run_cfg, "training")
+    pad = model.cfg.pad_id if pad_id is None else pad_id
+    device = torch.device(device)
+    model.to(device)
+    decay = opt_c.weight_decay
+    opt_cls = torch.optim.AdamW if decay > 0 else torch.optim.Adam
+    optimizer = opt_cls([p for p in model.parameters() if p.requires_grad], lr=opt_c.lr, betas=opt_c.betas,
+                        eps=opt_c.eps, **({"weight_decay": decay} if decay > 0 else {}))
+    ckpt_path = Path(ckpt_dir) / CKPT_NAME if ckpt_dir else None
+
+    step, epoch, pos_in_epoch, elapsed, n_tokens, wall_prev = 0, 0, 0, 0.0, 0, 0.0
+    curve: list[dict] = []
+    valid_curve: list[dict] = []
+    resumed_from = None
+    seed_everything(run_c.seed)
+    if ckpt_path is not None and resume and ckpt_path.exists():
+        st = load_checkpoint(ckpt_path, map_location=device)
+        model.load_state_dict(st["model"])
+        optimizer.load_state_dict(st["optimizer"])
+        step, epoch, pos_in_epoch = st["step"], st["epoch"], st["pos_in_epoch"]
+        elapsed, n_tokens, wall_prev = st["elapsed_s"], st["train_tokens"], st.get("wall_s", 0.0)
+        curve, valid_curve = st["curve"], st["valid_curve"]
+        _set_rng_state(st["rng"])
+        resumed_from = step
+        if st.get("finished"):
+            log.info("checkpoint %s is a finished run (step %d, %s); nothing to do", ckpt_path, step, st["stop_reason"])
+            return _result(st["stop_reason"], step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from,
+                           st.get("diverged_step"), run_c.budget_clock, wall_prev)
+        log.info("resumed from %s at step %d (epoch %d, batch %d, %.1f min trained)", ckpt_path, step, epoch,
+                 pos_in_epoch, elapsed / 60)
+
+    def state(finished=False, stop_reason=None, diverged_step=None) -> dict:
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "schedule": {**asdict(sch_c), "step": step, "lr": lr_at(step, opt_c.lr, sch_c)},
+                "step": step, "epoch": epoch, "pos_in_epoch": pos_in_epoch, "elapsed_s": elapsed,
+                "train_tokens": n_tokens, "wall_s": wall_prev + time.perf_counter() - wall0, "curve": curve,
+                "valid_curve": valid_curve, "rng": _rng_state(),
+                "finished": finished, "stop_reason": stop_reason, "diverged_step": diverged_step,
+                "optim_cfg": asdict(opt_c), "run_cfg": asdict(run_c), **(dict(ckpt_extra or {}))}
+
+    def checkpoint(**kw):
+        if ckpt_path is not None:
+            save_checkpoint(ckpt_path, state(**kw))
+
+    def validate():
+        if not valid_batches:
+            return
+        r = evaluate_loss(model, valid_batches, pad, opt_c.label_smoothing, device)
+        valid_curve.append({"step": step, "valid_loss": r["loss"], "valid_nll": r["nll"]})
+        log.info("step %d: valid loss %.4f nll %.4f ppl %.2f", step, r["loss"], r["nll"], r["ppl"])
+
+    if run_c.budget_clock == "process":  # CPU time per thread: the same budget on a busy or an idle machine
+        nthreads = max(1, torch.get_num_threads()) if device.type == "cpu" else 1
+        clock = lambda: time.process_time() / nthreads
+    else:
+        clock = time.perf_counter
+
+    bar = None
+    if run_c.progress and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=run_c.max_steps, initial=step, file=sys.stderr, unit="upd", dynamic_ncols=True)
+
+    model.train()
+    stop_reason, diverged_step = None, None
+    calls = 0
+    t_last_ckpt = time.perf_counter()
+    window = {"loss": 0.0, "tok": 0, "t": time.perf_counter(), "n": 0}
+    t_start = clock() - elapsed
+    wall0 = time.perf_counter()
+    while stop_reason is None:
+        batches = iter(train_batches_fn(epoch))
+        for _ in range(pos_in_epoch):  # skip batches already used before a resume
+            next(batches, None)
+        got_any = False
+        for batch in batches:
+            got_any = True
+            if run_c.max_steps is not None and step >= run_c.max_steps:
+                stop_reason = "max_steps"
+                break
+            if run_c.max_minutes is not None and elapsed >= run_c.max_minutes * 60:
+                stop_reason = "max_minutes"
+                break
+            batch = batch.to(device)
+            lr = lr_at(step, opt_c.lr, sch_c)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            ntok = batch.ntokens
+            loss_sum, nll_sum, _ = model_loss(model, batch, opt_c.label_smoothing, pad)
+            loss = loss_sum / max(ntok, 1)
+            if extra_loss is not None:
+                loss = loss + extra_loss(model)
+            lval = float(loss.detach())
+            if not math.isfinite(lval) or lval > run_c.explode_loss:
+                diverged_step = step
+                curve.append({"step": step, "epoch": epoch, "loss": lval, "nll": float(nll_sum) / max(ntok, 1),
+                              "lr": lr, "grad_norm": float("nan"), "tokens": ntok, "elapsed_s": elapsed})
+                log.warning("step %d: loss %s (explode threshold %g): diverged", step, lval, run_c.explode_loss)
+                stop_reason = "diverged"
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            params = [p for p in model.parameters() if p.grad is not None]
+            if opt_c.clip_norm > 0:
+                gn = float(torch.nn.utils.clip_grad_norm_(params, opt_c.clip_norm))
+            else:
+                gn = float(torch.linalg.vector_norm(torch.stack([p.grad.detach().norm() for p in params]))) \
+                    if params else 0.0
+            if not math.isfinite(gn):
+                diverged_step = step
+                curve.append({"step": step, "epoch": epoch, "loss": lval, "nll": float(nll_sum) / max(ntok, 1),
+                              "lr": lr, "grad_norm": gn, "tokens": ntok, "elapsed_s": elapsed})
+                log.warning("step %d: gradient norm %s: diverged", step, gn)
+                stop_reason = "diverged"
+                break
+            optimizer.step()
+            step += 1
+            pos_in_epoch += 1
+            calls += 1
+            n_tokens += ntok
+            elapsed = clock() - t_start
+            curve.append({"step": step, "epoch": epoch, "loss": lval, "nll": float(nll_sum) / max(ntok, 1), "lr": lr,
+                          "grad_norm": gn, "tokens": ntok, "elapsed_s": round(elapsed, 3)})
+            window["loss"] += lval
+            window["tok"] += ntok
+            window["n"] += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{lval:.3f}", lr=f"{lr:.2e}")
+            if step % run_c.log_every == 0:
+                now = time.perf_counter()
+                log.info("step %d ep %d: loss %.4f lr %.3e gnorm %.2f %.0f tok/s %.1f min", step, epoch,
+                         window["loss"] / window["n"], lr, gn, window["tok"] / max(now - window["t"], 1e-9),
+                         elapsed / 60)
+                window = {"loss": 0.0, "tok": 0, "t": now, "n": 0}
+            if step % run_c.valid_every == 0:
+                t0, c0 = time.perf_counter(), clock()
+                validate()
+                t_start += clock() - c0  # validation time is not training time
+                window["t"] += time.perf_counter() - t0
+            if step % run_c.ckpt_every_steps == 0 or \
+                    time.perf_counter() - t_last_ckpt >= run_c.ckpt_every_minutes * 60:
+                c0 = clock()
+                checkpoint()
+                t_last_ckpt = time.perf_counter()
+                t_start += clock() - c0
+            if stop_after_steps is not None and calls >= stop_after_steps:
+                checkpoint()
+                if bar is not None:
+                    bar.close()
+                if curve_path:
+                    write_curve_csv(curve_path, curve, valid_curve)
+                log.info("stopping this call after %d updates (step %d); resume to continue", calls, step)
+                return _result("interrupted", step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from, None,
+                               run_c.budget_clock, wall_prev + time.perf_counter() - wall0)
+        else:
+            if not got_any:
+                raise ValueError("train_batches_fn returned no batches (empty training set?)")
+            epoch += 1
+            pos_in_epoch = 0
+    if bar is not None:
+        bar.close()
+    if stop_reason != "diverged" and (not valid_curve or valid_curve[-1]["step"] != step):
+        validate()
+    checkpoint(finished=True, stop_reason=stop_reason, diverged_step=diverged_step)
+    if curve_path:
+        write_curve_csv(curve_path, curve, valid_curve)
+    res = _result(stop_reason, step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from, diverged_step,
+                  run_c.budget_clock, wall_prev + time.perf_counter() - wall0)
+    log.info("training stopped (%s) at step %d after %.1f min: loss %s, valid %s, %.0f tok/s", stop_reason, step,
+             elapsed / 60, res.final_loss, res.last_valid_loss, res.tokens_per_s)
+    return res
+
+
+def _result(stop_reason, step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from, diverged_step,
+            budget_clock="wall", wall_s=None):
+    ok = [r["loss"] for r in curve[-50:] if math.isfinite(r["loss"])]
+    vl = [v["valid_loss"] for v in valid_curve]
+    return TrainResult(steps=step, epochs=epoch, diverged=stop_reason == "diverged", diverged_step=diverged_step,
+                       stop_reason=stop_reason, final_loss=float(np.mean(ok)) if ok else None,
+                       best_valid_loss=min(vl) if vl else None, last_valid_loss=vl[-1] if vl else None,
+                       train_minutes=elapsed / 60, tokens_per_s=n_tokens / elapsed if elapsed > 0 else 0.0,
+                       train_tokens=n_tokens, curve=curve, valid_curve=valid_curve, resumed_from=resumed_from,
+                       budget_clock=budget_clock, wall_minutes=None if wall_s is None else wall_s / 60)
+
+
+def write_summary(path: str | Path, result: TrainResult, **extra) -> None:
+    from repro.bench.records import atomic_write_json
+
+    atomic_write_json(path, {**result.summary(), **extra})

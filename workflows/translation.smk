@@ -1,0 +1,122 @@
+# Shared artefact "translation" (issue 4): tokenizer -> trained encoder-decoder (+ target-side LM) -> BLEU results.
+# Reused by head_pruning, warmup_stability and layer_pruning (input: TRANSLATION_MODEL / LM_MODEL below).
+# Parameters: config/claims/translation.yaml; code: repro/train/ (prepare, train, evaluate).
+import json as _json
+
+_TR = _json.loads(W.params("translation"))
+TRANSLATION_DIR = f"{W.models}/translation"
+TRANSLATION_MODEL = f"{TRANSLATION_DIR}/checkpoint_last.pt"
+LM_DIR = f"{W.models}/lm"
+LM_MODEL = f"{LM_DIR}/checkpoint_last.pt"
+TRANSLATION_TOKENIZER = f"{TRANSLATION_DIR}/tokenizer.json"
+# sentencepiece files exist only when the tokenizer is trained here (not for a data-bin or an imported checkpoint)
+_SPM = ({"spm": f"{TRANSLATION_DIR}/spm.model", "spm_vocab": f"{TRANSLATION_DIR}/spm.vocab"}
+        if _TR["corpus"]["format"] != "data_bin" and not _TR.get("fairseq_checkpoint") else {})
+
+# scheduler minutes: the training budget (x2 for a loaded machine) plus data and evaluation
+_TR_RUNTIME = int((_TR["training"].get("max_minutes") or 60) * 2) + 15
+_LM_RUNTIME = int((_TR["lm"]["training"].get("max_minutes") or 60) * 2) + 15
+
+
+rule translation_tokenizer:
+    """Joint sentencepiece vocabulary on the training split (or the fairseq dictionaries at paper scale)."""
+    output:
+        tokenizer=TRANSLATION_TOKENIZER,
+        **_SPM,
+    params:
+        cfg=W.params("translation"),
+    log:
+        f"{W.logs}/translation_tokenizer.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        runtime=30,
+        mem_mb=4000,
+    shell:
+        f"{W.py} -m repro.train.prepare --params {{params.cfg:q}} --out {TRANSLATION_DIR} 2>&1 | tee {{log}}"
+
+
+rule translation_train:
+    """Train the encoder-decoder (resumes from {TRANSLATION_DIR}/state after an interruption), or import the
+    fairseq checkpoint named by fairseq_checkpoint."""
+    input:
+        tokenizer=TRANSLATION_TOKENIZER,
+    output:
+        model=TRANSLATION_MODEL,
+        summary=f"{TRANSLATION_DIR}/summary.json",
+    params:
+        cfg=W.params("translation"),
+    log:
+        f"{W.logs}/translation_train.log",
+    conda:
+        "../environment.yml"
+    threads: _TR["threads"]
+    resources:
+        runtime=_TR_RUNTIME,
+        mem_mb=8000,
+    shell:
+        f"{W.py} -m repro.train.train --params {{params.cfg:q}} --tokenizer {{input.tokenizer}} "
+        f"--out {TRANSLATION_DIR} --work {TRANSLATION_DIR}/state 2>&1 | tee {{log}}"
+
+
+rule lm_train:
+    """Decoder-only LM on the target side of the training split (layer_pruning)."""
+    input:
+        tokenizer=TRANSLATION_TOKENIZER,
+    output:
+        model=LM_MODEL,
+        summary=f"{LM_DIR}/summary.json",
+    params:
+        cfg=W.params("translation"),
+    log:
+        f"{W.logs}/lm_train.log",
+    conda:
+        "../environment.yml"
+    threads: _TR["threads"]
+    resources:
+        runtime=_LM_RUNTIME,
+        mem_mb=8000,
+    shell:
+        f"{W.py} -m repro.train.train --lm --params {{params.cfg:q}} --tokenizer {{input.tokenizer}} "
+        f"--out {LM_DIR} --work {LM_DIR}/state 2>&1 | tee {{log}}"
+
+
+rule translation_evaluate:
+    """The benchmark: test BLEU (sacrebleu signature; full, placeholder-free, copy baseline), tokens/s, minutes."""
+    input:
+        model=TRANSLATION_MODEL,
+        lm=LM_MODEL,
+    output:
+        **W.outputs("translation"),
+    params:
+        cfg=W.params("translation"),
+    log:
+        f"{W.logs}/translation_evaluate.log",
+    conda:
+        "../environment.yml"
+    threads: _TR["threads"]
+    resources:
+        runtime=60,
+        mem_mb=8000,
+    shell:
+        f"{W.py} -m repro.train.evaluate --params {{params.cfg:q}} --scale {W.scale} --model {TRANSLATION_DIR} "
+        f"--lm {LM_DIR} --out {W.res}/translation 2>&1 | tee {{log}}"
+
+
+rule translation_model:
+    """Target: the trained (or imported) translation model of this scale."""
+    input:
+        TRANSLATION_MODEL,
+
+
+rule lm_model:
+    """Target: the target-side LM of this scale."""
+    input:
+        LM_MODEL,
+
+
+rule translation:
+    """Target: the translation benchmark results (BLEU reached, minutes trained)."""
+    input:
+        W.outputs("translation")["verdict"],
