@@ -53,5 +53,10 @@ class Run:
     def pages(self) -> list[str]:
         return [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]
 
+    def compare_dir(self) -> str:
+        """reports/compare/<scale>: every hardware under results/ beside the paper (workflows/compare_hardware.smk)."""
+        return f"{self.cfg['reports_dir']}/compare/{self.scale}"
+
     def targets(self) -> list[str]:
-        return self.pages() + [f"{self.rep}/index.md"]
+        extra = [self.compare_dir()] if (self.basedir / "workflows" / "compare_hardware.smk").exists() else []
+        return self.pages() + [f"{self.rep}/index.md"] + extra

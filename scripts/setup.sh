@@ -14,7 +14,7 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 if [ -z "${REPRO_KEEP_TORCH:-}" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
   pip install "torch==2.13.0"
 fi
-if ! .venv/bin/python -c "import repro, snakemake, triton, sacrebleu, sentencepiece, seaborn, pytest_timeout" 2>/dev/null; then
-  pip install -e ".[test]"
+if ! .venv/bin/python -c "import repro, snakemake, triton, sacrebleu, sentencepiece, seaborn, pytest_timeout, snakemake_executor_plugin_slurm" 2>/dev/null; then
+  pip install -e ".[test,slurm]"
 fi
 .venv/bin/python -c "import torch, triton, snakemake; print(f'setup ok: torch {torch.__version__}, triton {triton.__version__}, snakemake {snakemake.__version__}')"

@@ -2,6 +2,11 @@
 # experiment; paths and parameters come from W (repro.workflow.Run, built from the validated config).
 
 
+localrules:
+    claim_report,
+    index,
+
+
 wildcard_constraints:
     claim="|".join(W.claims_with_workflow) or "none",
 

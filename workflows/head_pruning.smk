@@ -22,7 +22,7 @@ rule head_pruning:
     resources:
         runtime=120 if W.scale == "paper" else 20,
         mem_mb=32000 if W.scale == "paper" else 4000,
-        gpus=1 if W.scale == "paper" else 0,
+        gpu=1 if W.scale == "paper" else 0,
     shell:
         W.shell("head_pruning")
 

@@ -31,7 +31,7 @@ rule layer_pruning:
     resources:
         runtime=240 if W.scale == "paper" else 30,
         mem_mb=32000 if W.scale == "paper" else 6000,
-        gpus=1 if W.scale == "paper" else 0,
+        gpu=1 if W.scale == "paper" else 0,
     shell:
         W.shell("layer_pruning")
 

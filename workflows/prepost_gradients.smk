@@ -14,7 +14,7 @@ rule prepost_gradients:
     resources:
         runtime=60 if W.scale == "paper" else 20,
         mem_mb=16000 if W.scale == "paper" else 4000,
-        gpus=1 if W.scale == "paper" else 0,
+        gpu=1 if W.scale == "paper" else 0,
     shell:
         W.shell("prepost_gradients")
 

@@ -14,7 +14,7 @@ rule rank_collapse:
     resources:
         runtime=60 if W.scale == "paper" else 15,
         mem_mb=16000 if W.scale == "paper" else 4000,
-        gpus=1 if W.scale == "paper" else 0,
+        gpu=1 if W.scale == "paper" else 0,
     shell:
         W.shell("rank_collapse")
 

@@ -15,7 +15,7 @@ rule rmsnorm_speed:
     resources:
         runtime=30,
         mem_mb=6000,
-        gpus=1 if W.scale == "paper" else 0,
+        gpu=1 if W.scale == "paper" else 0,
     shell:
         W.shell("rmsnorm_speed")
 
