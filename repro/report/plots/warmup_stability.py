@@ -1,0 +1,118 @@
+"""C3 warmup_stability plots: loss curves with/without warm-up (Xiong et al. 2020 Fig. 2 analogue), final BLEU per run
+beside the published BLEU, and no-warm-up stability vs depth (Nguyen & Salazar 2019 Table 5 analogue)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+
+def _label(s: dict) -> str:
+    kind = "ScaleNorm+FixNorm" if s.get("fixnorm") else "LN"
+    w = f"warm-up {s['warmup']}" if s.get("warmup") else "no warm-up"
+    return f"{s['position']}-{kind}, {w}"
+
+
+def _curves(results_dir: Path) -> pd.DataFrame:
+    """Training loss (smoothed) and validation NLL per run, from curves/<run>.csv and runs.json."""
+    runs_file = results_dir / "runs.json"
+    if not runs_file.exists():
+        return pd.DataFrame()
+    runs = {r["name"]: r for r in json.loads(runs_file.read_text())["runs"]}
+    frames = []
+    for name, r in runs.items():
+        f = results_dir / "curves" / f"{name}.csv"
+        if not f.exists():
+            continue
+        c = pd.read_csv(f)
+        if not len(c):
+            continue
+        win = max(1, len(c) // 20)
+        tr = pd.DataFrame({"step": c["step"], "value": c["loss"].rolling(win, min_periods=1).mean(), "kind": "train loss"})
+        v = c.dropna(subset=["valid_nll"])
+        va = pd.DataFrame({"step": v["step"], "value": v["valid_nll"], "kind": "valid NLL"})
+        d = pd.concat([tr, va])
+        for k in ("layers", "lr", "warmup", "position", "fixnorm"):
+            d[k] = r[k]
+        d["run"], d["config"], d["groups"] = name, _label(r), ",".join(r["groups"])
+        frames.append(d)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+    results_dir, out_dir = Path(results_dir), Path(out_dir)
+    out: list[tuple[str, str]] = []
+    cur = _curves(results_dir)
+    if len(cur):
+        main = cur[cur["groups"].str.contains("xiong|nguyen")]
+        main = main[main["value"].map(lambda x: math.isfinite(x))]
+        if len(main):
+            g = sns.relplot(data=main, x="step", y="value", hue="config", col="lr", row="kind", kind="line",
+                            height=2.8, aspect=1.3, facet_kws={"sharey": False})
+            g.set_axis_labels("update", "nats/token")
+            g.savefig(out_dir / "loss_curves.png", dpi=100)
+            plt.close(g.figure)
+            out.append(("loss_curves.png", "Training loss (label-smoothed, smoothed) and validation NLL per update, "
+                        "Post-LN vs Pre-LN with and without warm-up (and PreNorm ScaleNorm+FixNorm), per learning "
+                        "rate (Xiong et al. 2020 Fig. 2 analogue). A run that stops early diverged."))
+        dep = cur[cur["groups"].str.contains("depth") & (cur["kind"] == "valid NLL")]
+        if len(dep):
+            g = sns.relplot(data=dep, x="step", y="value", hue="position", col="layers", kind="line", height=2.6,
+                            aspect=1.1)
+            g.set_axis_labels("update", "valid NLL")
+            g.savefig(out_dir / "depth_curves.png", dpi=100)
+            plt.close(g.figure)
+            out.append(("depth_curves.png", "Validation NLL without warm-up by depth (layers each of encoder and "
+                        "decoder), Post-LN vs Pre-LN."))
+    b = metrics[metrics["metric"] == "bleu"].copy()
+    if len(b):
+        b["config"] = b["sweep"].map(lambda s: f"L{s['layers']} lr {s['lr']:g} {_label(s)}")
+        b = b.sort_values("config")
+        fig, ax = plt.subplots(figsize=(7, 0.35 * len(b) + 1.2))
+        ax.barh(b["config"], b["value"], color="steelblue", label="measured (greedy, test subset)")
+        pub = pd.to_numeric(b["published_value"], errors="coerce")
+        if pub.notna().any():
+            ax.scatter(pub, b["config"], marker="x", color="black", zorder=5, label="published (IWSLT14 / en-vi)")
+        copy = metrics[metrics["metric"] == "bleu_copy_baseline"]["value"]
+        if len(copy):
+            ax.axvline(float(copy.iloc[0]), color="gray", ls="--", lw=1, label="copy-the-source baseline")
+        ax.set_xlabel("BLEU")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(out_dir / "bleu.png", dpi=100)
+        plt.close(fig)
+        out.append(("bleu.png", "Final BLEU per configuration (bars) and the papers' BLEU for the same configuration "
+                    "(x; Xiong: Post-LN 8.45 without warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; "
+                    "Nguyen & Salazar Table 5 at 4-6 layers). A diverged run scores 0."))
+    nll = metrics[metrics["metric"] == "final_valid_nll"].copy()
+    div = metrics[metrics["metric"] == "diverged"].copy()
+    if len(nll):
+        nll["group"] = nll["sweep"].map(lambda s: s["group"])
+        nll = nll[nll["group"].str.contains("depth")]
+    if len(nll):
+        nll["layers"] = nll["sweep"].map(lambda s: s["layers"])
+        nll["position"] = nll["sweep"].map(lambda s: s["position"])
+        dv = {r["sweep"]["run"]: r["value"] for _, r in div.iterrows()}
+        nll["diverged"] = nll["sweep"].map(lambda s: bool(dv.get(s["run"])))
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        sns.lineplot(data=nll, x="layers", y="value", hue="position", marker="o", ax=ax)
+        bad = nll[nll["diverged"]]
+        if len(bad):
+            ax.scatter(bad["layers"], [ax.get_ylim()[1]] * len(bad), marker="v", color="red", label="diverged")
+        ax.set_xlabel("layers (encoder = decoder)")
+        ax.set_ylabel("final valid NLL (no warm-up)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / "depth.png", dpi=100)
+        plt.close(fig)
+        out.append(("depth.png", "No warm-up: final validation NLL vs depth, Post-LN vs Pre-LN (Nguyen & Salazar "
+                    "Table 5 analogue: PostNorm fails at 5-6 layers, PreNorm trains)."))
+    return out
