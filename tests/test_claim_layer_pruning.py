@@ -227,3 +227,14 @@ def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
     assert len(lp._sel(rows, "bleu", stack="encoder", healed=False)) == 1 + 4 * 3
     assert len(lp._sel(rows, "valid_nll", stack="encoder", healed=True)) == 1
     assert verdict["verdict"] in ("reproduced", "partially", "not_reproduced")
+
+
+def test_bleu_checks_undecided_for_a_model_below_the_copy_baseline():
+    rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1})
+    beaten = rows + [metric(C, "bleu_copy_baseline", 25.0, "BLEU", stack="translation", test_set="subset")]
+    n = {c["name"]: c["passed"] for c in lp.judge(beaten, params, "default")["checks"]}
+    assert n["decoder: collapse point (angular rule, no healing) in the published band"] is None
+    assert n["decoder: BLEU collapses with ~27% of layers removed by BI (no healing)"] is None
+    fine = rows + [metric(C, "bleu_copy_baseline", 5.0, "BLEU", stack="translation", test_set="subset")]
+    n = {c["name"]: c["passed"] for c in lp.judge(fine, params, "default")["checks"]}
+    assert n["decoder: collapse point (angular rule, no healing) in the published band"] is True

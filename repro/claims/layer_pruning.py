@@ -545,6 +545,9 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
        BLEU below ``collapse.bleu_ratio`` of the unpruned model at the nearest removal count.
     6. Healing recovers quality at every healed removal count.
     7. Gromov Fig 3: the healed loss grows more smoothly than the unhealed one (largest jump smaller).
+
+    BLEU-based checks (4, 5 on the encoder and decoder) are left undecided when the unpruned model does not beat
+    the copy baseline on the same test subset: a model that has not learnt to translate cannot lose it.
     """
     from repro import registry
 
@@ -554,6 +557,12 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     lo = registry.published(CLAIM, "gromov_collapse_qwen")["value"]
     hi = max(registry.published(CLAIM, "gromov_collapse_llama2")["value"])
     sg_pct = registry.published(CLAIM, "shortgpt_llama2_7b_params_removed")["value"]
+    copy_bl = [r["value"] for r in _sel(rows, "bleu_copy_baseline", test_set="subset")]
+    weak = {}
+    for s in ("encoder", "decoder"):
+        base = _quality_curve(rows, s, "none").get(0)
+        if s in stacks and copy_bl and base is not None and base <= copy_bl[0]:
+            weak[s] = f"unpruned BLEU {base:.2f} does not beat the copy baseline {copy_bl[0]:.2f} on the test subset"
     # 1. argmin block excludes the last layer
     for s in [s for s in ("lm",) if s in stacks]:
         L = n_layers[s]
@@ -605,6 +614,10 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                             "BI / angular distance pick layers whose removal hurts least"))
     # 4. collapse point within the published band
     for s in stacks:
+        if s in weak:
+            checks.append(check(f"{s}: collapse point (angular rule, no healing) in the published band", None,
+                                weak[s], f"{lo}-{hi}%"))
+            continue
         c = _sel(rows, "collapse_percent", stack=s, rule="angular")
         nc = _sel(rows, "no_collapse_up_to_percent", stack=s, rule="angular")
         if c:
@@ -625,7 +638,10 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         L = n_layers[s]
         n = max(1, int(round(sg_pct / 100 * L)))
         cur = _quality_curve(rows, s, "bi")
-        if n in cur and 0 in cur and cur[0] > 0:
+        if s in weak:
+            checks.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
+                                None, weak[s], "XSum 19.40 -> 0.67 for Llama2-7B (3%)"))
+        elif n in cur and 0 in cur and cur[0] > 0:
             checks.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
                                 cur[n] < ratio * cur[0], f"{n}/{L} layers: BLEU {cur[0]:.2f} -> {cur[n]:.2f} "
                                 f"({100 * cur[n] / cur[0]:.0f}%)", "XSum 19.40 -> 0.67 for Llama2-7B (3%)"))
