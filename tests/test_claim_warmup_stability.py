@@ -162,3 +162,12 @@ def test_judge_flips_when_scalenorm_diverges():
 
 def test_judge_tiny_is_not_applicable():
     assert ws.judge(_rows(_paper_like()), P, "tiny")["verdict"] == "not_applicable"
+
+
+def test_rerun_keeps_finished_runs(tiny_run):
+    p, out, rows, verdict = tiny_run
+    rows2, _ = ws.run(p, "tiny", out)  # every run is in runs.json with the same parameters: nothing retrained
+    key = lambda r: (r["metric"], r["sweep"]["run"])  # noqa: E731
+    a = {key(r): r["value"] for r in rows if r["metric"] != "train_seconds"}
+    b = {key(r): r["value"] for r in rows2 if r["metric"] != "train_seconds"}
+    assert a == b

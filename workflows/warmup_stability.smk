@@ -23,7 +23,7 @@ rule warmup_stability:
         "../environment.yml"
     threads: 2
     resources:
-        runtime=360 if W.scale == "paper" else 30,
+        runtime=900 if W.scale == "paper" else 30,
         mem_mb=32000 if W.scale == "paper" else 6000,
         gpu=1 if W.scale == "paper" else 0,
     shell:

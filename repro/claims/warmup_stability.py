@@ -70,11 +70,18 @@ def _lr_tag(lr: float) -> str:
     return f"{lr:.0e}".replace("e-0", "e-")
 
 
+def warmup_lengths(params: dict) -> list[int]:
+    """The warm-up lengths of the grid, longest first (``warmup_steps``: one length or a list, e.g. Xiong's
+    [4000, 500]); the longest is "with warm-up" in the verdict."""
+    w = params["warmup_steps"]
+    return sorted({int(x) for x in (w if isinstance(w, list) else [w])}, reverse=True)
+
+
 def plan_runs(params: dict) -> list[dict]:
     """Every training run of the experiment, deduplicated (the depth sweep reuses the main grid's runs)."""
     m = params["model"]
     main_layers = m["n_encoder_layers"]
-    w = params["warmup_steps"]
+    warmups = warmup_lengths(params)
     runs: dict[tuple, dict] = {}
 
     def add(group, norm, position, fixnorm, layers, lr, warmup):
@@ -89,7 +96,7 @@ def plan_runs(params: dict) -> list[dict]:
 
     for position in params["positions"]:
         for lr in params["lrs"]:
-            for warmup in (w, 0):
+            for warmup in (*warmups, 0):
                 add("xiong", "layernorm", position, False, main_layers, lr, warmup)
     sn = params["scalenorm_fixnorm"]
     if sn["enabled"]:
@@ -99,7 +106,11 @@ def plan_runs(params: dict) -> list[dict]:
     for layers in dp["layers"]:
         for position in params["positions"]:
             add("depth", "layernorm", position, False, layers, dp["lr"], 0)
-    return list(runs.values())
+    # most informative first (a run cut short still shows the headline): the main depth at the highest lr, then the
+    # depth sweep, then the other learning rates
+    hi = max(params["lrs"])
+    return sorted(runs.values(), key=lambda r: (0 if r["layers"] == main_layers and r["lr"] == hi else
+                                                1 if r["layers"] != main_layers else 2))
 
 
 # ------------------------------------------------------------------------------------------------------ data/setup
@@ -213,10 +224,12 @@ def _published(s: dict, params: dict) -> dict:
     if s["norm"] == "layernorm" and s["position"] == "post" and s["layers"] == main_layers:
         if s["warmup"] == 0 and math.isclose(s["lr"], 5e-4):
             return {"published_key": "xiong_postln_no_warmup_bleu"}
-        if s["warmup"] and math.isclose(s["lr"], 5e-4):
+        if s["warmup"] == 500 and math.isclose(s["lr"], 5e-4):
             return {"published_key": "xiong_postln_warmup500_lr5e4_bleu"}
-        if s["warmup"] and math.isclose(s["lr"], 1e-3):
+        if s["warmup"] == 500 and math.isclose(s["lr"], 1e-3):
             return {"published_key": "xiong_postln_warmup500_lr1e3_bleu"}
+        if s["warmup"] and s["warmup"] == max(warmup_lengths(params)):
+            return {"published_key": "xiong_postln_warmup_bleu"}
     if s["norm"] == "layernorm" and s["warmup"] == 0 and s["layers"] in (4, 5, 6) and "depth" in s["groups"]:
         key = "nguyen_no_warmup_postnorm_dev_bleu" if s["position"] == "post" else "nguyen_no_warmup_prenorm_dev_bleu"
         return {"published_key": key, "published_index": s["layers"] - 4}
@@ -301,7 +314,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     main_layers = params["model"]["n_encoder_layers"]
     lrs = sorted(params["lrs"])
     hi = lrs[-1]
-    w = params["warmup_steps"]
+    w = warmup_lengths(params)[0]
     pre_ok = []
     for lr in lrs:
         a = _find(t, norm="layernorm", position="pre", layers=main_layers, lr=lr, warmup=w, fixnorm=False)
@@ -390,11 +403,22 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     plan = plan_runs(params)
     log.info("data: %d train pairs, %d valid, %d test sentences; vocab %d (%s); %d runs planned; %.1f s",
              len(enc["train"]), len(enc["valid"]), nt, tok.vocab_size, tok_path, len(plan), time.time() - t0)
+    # runs.json is rewritten after every run; a rerun with the same parameters keeps the finished runs (resume)
+    key = json.dumps({k: v for k, v in params.items() if k != "tokenizer_path"}, sort_keys=True, default=str)
+    done = {}
+    if (out / "runs.json").exists():
+        old = json.loads((out / "runs.json").read_text())
+        if old.get("params_key") == key:
+            done = {s["name"]: s for s in old["runs"] if (out / "curves" / f"{s['name']}.csv").exists()}
     summaries = []
     for i, r in enumerate(plan):
+        if r["name"] in done:
+            log.info("run %d/%d: %s already finished (runs.json); kept", i + 1, len(plan), r["name"])
+            summaries.append(done[r["name"]])
+            continue
         log.info("run %d/%d: %s (groups %s)", i + 1, len(plan), r["name"], ",".join(r["groups"]))
         summaries.append(train_one(params, r, tok, enc, test, out, device))
-        atomic_write_json(out / "runs.json", {"tokenizer": tok_path, "runs": summaries})
+        atomic_write_json(out / "runs.json", {"tokenizer": tok_path, "params_key": key, "runs": summaries})
     rows = rows_from_summaries(summaries, params)
     return rows, judge(rows, params, scale)
 
