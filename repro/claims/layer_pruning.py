@@ -6,7 +6,8 @@ BLEU, and the decoder-only LM trained on the corpus's target side, scored by val
 - ShortGPT §2 (Men et al. 2025, arXiv 2403.03853): Block Influence BI_i = 1 - E_t cos(x_i, x_{i+1}) over all
   non-pad tokens of calibration batches, per layer of each stack (encoder, decoder, LM).
 - Gromov et al. §3.2 (arXiv 2403.17887): angular distance d(x^l, x^{l+n}) = arccos(cos)/pi between the input of
-  layer l and the input of layer l+n, on the final token (decoder / LM: last non-pad target position; encoder:
+  layer l and the input of layer l+n (the last entry is the stack output after its final norm when
+  ``calibration.normed_output``, as Hugging Face's hidden_states that both papers read), on the final token (decoder / LM: last non-pad target position; encoder:
   ``calibration.encoder_tokens`` = all non-pad tokens, mean-pooled, or last), averaged over the calibration
   sentences; l*(n) = argmin_l d, and whether the block l*..l*+n-1 leaves the last layer in place.
 - Gromov Figs 1-3 / ShortGPT Table 2: quality vs layers removed for the selection rules "bi" (the n lowest-BI
@@ -127,19 +128,25 @@ def subset(enc, positions):
 # ------------------------------------------------------------------------------ Block Influence / angular distance
 
 @torch.no_grad()
-def stack_states(model, stack: str, batch):
+def stack_states(model, stack: str, batch, normed_output: bool = True):
     """Hidden states (list of L+1 tensors (B, T, d): the input of every layer, then the stack output) and the
-    pad mask (True = pad) of one batch."""
+    pad mask (True = pad) of one batch.  ``normed_output``: the last entry goes through the stack's final norm
+    (when it has one), as in Hugging Face's ``hidden_states``, which both papers' code reads."""
     if stack == "encoder":
         _, h = model.encoder(batch.src, key_padding_mask=batch.src_pad_mask, return_hidden=True)
-        return h, batch.src_pad_mask
-    if stack == "decoder":
+        mask, norm = batch.src_pad_mask, model.encoder.final_norm
+    elif stack == "decoder":
         mem = model.encode(batch.src, batch.src_pad_mask)
         _, h = model.decoder(batch.tgt_in, key_padding_mask=batch.tgt_pad_mask, memory=mem,
                              memory_padding_mask=batch.src_pad_mask, return_hidden=True)
-        return h, batch.tgt_pad_mask
-    _, h = model(batch.tgt_in, batch.tgt_pad_mask, return_hidden=True)
-    return h, batch.tgt_pad_mask
+        mask, norm = batch.tgt_pad_mask, model.decoder.final_norm
+    else:
+        _, h = model(batch.tgt_in, batch.tgt_pad_mask, return_hidden=True)
+        mask, norm = batch.tgt_pad_mask, model.decoder.final_norm
+    h = list(h)
+    if normed_output and norm is not None:
+        h[-1] = norm(h[-1])
+    return h, mask
 
 
 def _pick(h: torch.Tensor, mask: torch.Tensor, tokens: str) -> torch.Tensor:
@@ -187,14 +194,14 @@ class Profile:
                 for n in range(1, self.L + 1)}
 
 
-def profile_stack(model, stack: str, batches: list, tokens: str, device) -> Profile:
+def profile_stack(model, stack: str, batches: list, tokens: str, device, normed_output: bool = True) -> Profile:
     st = stack_of(model, stack)
     saved, st.skip = st.skip, set()
     was = model.training
     model.eval()
     prof = Profile(len(st.layers), tokens)
     for b in batches:
-        h, mask = stack_states(model, stack, b.to(device))
+        h, mask = stack_states(model, stack, b.to(device), normed_output)
         prof.add([x.float() for x in h], mask)
     st.skip = saved
     model.train(was)
@@ -367,7 +374,7 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path, shared
     rows, t0 = [], time.perf_counter()
     cal, hp, ev = params["calibration"], params["heal"], params["eval"]
     tokens = cal["encoder_tokens"] if stack == "encoder" else "last"
-    prof = profile_stack(t.model, stack, data["calib"], tokens, device)
+    prof = profile_stack(t.model, stack, data["calib"], tokens, device, cal["normed_output"])
     L = prof.L
     bi, ang = prof.block_influence(), prof.angular()
     log.info("%s: %d layers; BI %s", stack, L, ", ".join(f"{b:.4f}" for b in bi))
@@ -437,7 +444,7 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path, shared
             rows.append(metric(CLAIM, "bleu", r["bleu"], "BLEU", n=len(data["test_src"]), **sweep))
     rows += collapse_rows(table, stack, L, params)
     rows.append(metric(CLAIM, "stack_seconds", time.perf_counter() - t0, "s", stack=stack))
-    prof_json = {"n_layers": L, "tokens": tokens, "calibration_rows": prof.n_rows, "calibration_tokens": prof.n_tok,
+    prof_json = {"n_layers": L, "tokens": tokens, "normed_output": cal["normed_output"], "calibration_rows": prof.n_rows, "calibration_tokens": prof.n_tok,
                  "block_influence": bi, "angular": {str(k): v for k, v in ang.items()}}
     return rows, {"profile": prof_json, "table": table}
 
