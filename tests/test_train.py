@@ -168,19 +168,33 @@ def test_beam_finds_at_least_the_greedy_score():
 
 
 def test_training_learns_reversal_and_decoding_reads_it():
-    """End to end on a learnable task: loss falls and greedy/beam output is mostly right."""
+    """End to end on a learnable task: the loss falls, and greedy decoding reproduces every sentence that the
+    model gets right under teacher forcing (greedy follows that exact path), batched or one by one."""
     enc = _reverse_task(400, 1)
     test = _reverse_task(30, 9)
     model = _model(layers=1, d=64, seed=0)
     r = train(model, _fn(enc, 512), None, OptimConfig(lr=3e-3, label_smoothing=0.0, clip_norm=1.0),
               ScheduleConfig("inverse_sqrt", warmup_steps=30), RunConfig(max_steps=250, progress=False, seed=0))
-    assert r.curve[-1]["loss"] < 0.5 * r.curve[0]["loss"]
-    for cfg in (DecodeConfig("greedy", max_len_a=1.0, max_len_b=3), DecodeConfig("beam", beam=3, max_len_a=1.0,
-                                                                                   max_len_b=3)):
-        hyps, stats = decode_ids(model, [list(s) for s in test.src], BOS, EOS, PAD, cfg)
-        acc = np.mean([h == t.tolist() for h, t in zip(hyps, test.tgt)])
-        assert acc >= 0.6, (cfg.decoder, acc)
-        assert stats["sentences"] == 30 and stats["tokens_per_s"] > 0
+    assert r.curve[-1]["loss"] < 0.3 * r.curve[0]["loss"]
+    model.eval()
+    b = next(token_batches(test, 10000, shuffle=False))
+    with torch.no_grad():
+        pred = model(b.src, b.tgt_in, b.src_pad_mask, b.tgt_pad_mask).argmax(-1)
+    right = ((pred == b.tgt_out) | b.tgt_pad_mask).all(1)
+    assert float(right.float().mean()) > 0.3  # it learned something
+    cfg = DecodeConfig("greedy", max_len_a=1.0, max_len_b=3)
+    hyps, stats = decode_ids(model, [list(s) for s in test.src], BOS, EOS, PAD, cfg)
+    for i, ok in zip(b.index.tolist(), right.tolist()):
+        if ok:
+            assert hyps[i] == test.tgt[i].tolist()
+    assert stats["sentences"] == 30 and stats["tokens_per_s"] > 0
+    one = [greedy_decode(model, torch.tensor(s)[None], torch.zeros(1, len(s), dtype=torch.bool), BOS, EOS, PAD,
+                         1.0, 3)[0] for s in test.src]
+    assert one == hyps  # batching (and dropping finished rows) does not change any output
+    beams, _ = decode_ids(model, [list(s) for s in test.src], BOS, EOS, PAD,
+                          DecodeConfig("beam", beam=3, max_len_a=1.0, max_len_b=3))
+    acc = lambda hs: np.mean([h == t.tolist() for h, t in zip(hs, test.tgt)])
+    assert acc(beams) >= acc(hyps) - 0.1
 
 
 def test_lm_training_runs():
@@ -208,3 +222,52 @@ def test_bleu_signature_stats_and_paired_bootstrap():
     assert close["p_value"] > 0.05  # one sentence changed: not significant
     rep = bleu.bleu_report(good, refs, refs, [i % 2 == 0 for i in range(200)])
     assert rep["copy_full"]["score"] == pytest.approx(100.0) and rep["clean"]["n"] == 100
+
+
+def test_artefact_from_config_resumes_and_loads(tmp_path):
+    """The issue-7 path: tiny config -> tokenizer -> interrupted training -> resume -> load_trained -> translate."""
+    from repro import config
+    from repro.train.pipeline import load_trained, train_from_params
+    from repro.train.prepare import prepare
+
+    p = config.section("translation", "tiny")
+    p["corpus"]["max_train_pairs"], p["corpus"]["max_eval_pairs"] = 120, 5
+    p["training"].update(max_steps=6, valid_every=3, ckpt_every_steps=100)
+    info = prepare(p, tmp_path / "m")
+    assert (tmp_path / "m" / "spm.model").exists() and info["kind"] == "sentencepiece"
+    part = train_from_params(p, tmp_path / "m" / "tokenizer.json", tmp_path / "m", work_dir=tmp_path / "m" / "state",
+                             stop_after_steps=4)
+    assert part.steps == 4 and not (tmp_path / "m" / "checkpoint_last.pt").exists()  # final file only at the end
+    done = train_from_params(p, tmp_path / "m" / "tokenizer.json", tmp_path / "m", work_dir=tmp_path / "m" / "state")
+    assert done.resumed_from == 4 and done.steps == 6 and (tmp_path / "m" / "summary.json").exists()
+    t = load_trained(tmp_path / "m")
+    assert t.kind == "encdec" and not t.model.training and t.checkpoint["step"] == 6
+    hyps, stats = t.translate(["Datei nicht gefunden", "Abbrechen"], DecodeConfig(max_len_a=1.0, max_len_b=3))
+    assert len(hyps) == 2 and all(isinstance(h, str) for h in hyps)
+
+
+def test_data_bin_corpus_loads(tmp_path):
+    from repro.data import write_fairseq_dictionary, write_indexed_dataset
+    from repro.train.pipeline import encode_splits, load_data
+
+    syms = ["Hal@@", "lo", "Welt", "hello", "world"]
+    write_fairseq_dictionary(tmp_path / "dict.de.txt", syms)
+    write_fairseq_dictionary(tmp_path / "dict.en.txt", syms)
+    for split in ("train", "valid", "test"):
+        write_indexed_dataset(tmp_path / f"{split}.de-en.de", [np.array([4, 5, 6, 2]), np.array([6, 2])])
+        write_indexed_dataset(tmp_path / f"{split}.de-en.en", [np.array([7, 8, 2]), np.array([8, 2])])
+    p = {"corpus": {"format": "data_bin", "path": str(tmp_path), "direction": "de-en", "bpe_symbol": "@@ ",
+                    "max_train_pairs": None, "max_eval_pairs": None}}
+    c = load_data(p)
+    assert c.test == [("Hallo Welt", "hello world"), ("Welt", "world")]
+    enc = encode_splits(p, None, c, 16)
+    assert enc["train"].src[0].tolist() == [4, 5, 6, 2] and enc["train"].tgt[0].tolist() == [7, 8]
+    from repro.train.pipeline import Trained
+
+    d = c.data_bin.tgt_dict
+    m = build_model({"n_encoder_layers": 1, "n_decoder_layers": 1, "max_seq_len": 16,
+                     "block": {"d_model": 16, "n_heads": 2, "d_ff": 16}}, len(d), d.pad_index).eval()
+    hyps, stats = Trained(m, d, d.bos_index, "encdec", p, {}).translate_split(c, "test", DecodeConfig(max_len_b=2))
+    assert len(hyps) == 2 and stats["sentences"] == 2 and all("@@" not in h for h in hyps)
+    with pytest.raises(ValueError, match="translation.corpus.path"):
+        load_data({"corpus": {**p["corpus"], "path": None}})

@@ -38,35 +38,50 @@ def _length_caps(src_pad_mask, a, b, model_max):
     return torch.clamp((a * src_len.float()).floor().long() + b, min=1, max=model_max - 1)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
                   max_len_b: int = 10, vocab_limit: int | None = None) -> list[list[int]]:
     """Token ids (without bos/eos) of the greedy translation of each row of ``src`` (B, S).
-    ``vocab_limit``: ids at or above it are never produced (an imported model with a smaller target vocabulary)."""
+
+    ``vocab_limit``: ids at or above it are never produced (an imported model with a smaller target vocabulary).
+    Finished rows are dropped from the batch (memory, masks and cache compacted) once a quarter of the active
+    rows has finished, so a batch costs what its unfinished sentences cost."""
     B = src.shape[0]
+    dev = src.device
     caps = _length_caps(src_pad_mask, max_len_a, max_len_b, model.cfg.max_seq_len)
     T = int(caps.max())
     memory = model.encode(src, src_pad_mask)
+    mask = src_pad_mask
     cache = model.decoder.new_cache()
-    tok = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-    out = torch.full((B, T), pad_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    tok = torch.full((B, 1), bos_id, dtype=torch.long, device=dev)
+    out = torch.full((B, T), pad_id, dtype=torch.long, device=dev)
     lengths = caps.clone()
+    rows = torch.arange(B, device=dev)  # original row of each active row
+    active = torch.ones(B, dtype=torch.bool, device=dev)  # over the current (compacted) batch
+    row_caps = caps
     for t in range(T):
-        logits = model.decode(tok, memory, src_pad_mask, cache=cache, offset=t)[:, -1]
+        logits = model.decode(tok, memory, mask, cache=cache, offset=t)[:, -1]
         if vocab_limit is not None:
             logits[:, vocab_limit:] = float("-inf")
         logits[:, bos_id] = float("-inf")
         logits[:, pad_id] = float("-inf")
         nxt = logits.argmax(-1)
-        nxt = torch.where(t + 1 >= caps, torch.full_like(nxt, eos_id), nxt)  # cap reached: end here
-        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        out[:, t] = nxt
-        newly = (~done) & (nxt == eos_id)
-        lengths = torch.where(newly, torch.full_like(lengths, t), lengths)
-        done |= newly
-        if bool(done.all()):
-            break
+        nxt = torch.where(t + 1 >= row_caps, torch.full_like(nxt, eos_id), nxt)  # cap reached: end here
+        nxt = torch.where(active, nxt, torch.full_like(nxt, pad_id))
+        out[rows, t] = nxt
+        newly = active & (nxt == eos_id)
+        if bool(newly.any()):
+            lengths[rows[newly]] = t
+            active = active & ~newly
+            n_active = int(active.sum())
+            if n_active == 0:
+                break
+            if n_active <= 0.75 * active.numel():  # compact: drop finished rows
+                keep = active.nonzero().squeeze(1)
+                rows, row_caps, nxt = rows[keep], row_caps[keep], nxt[keep]
+                memory, mask = memory.index_select(0, keep), mask.index_select(0, keep)
+                _reorder_cache(cache, keep)
+                active = torch.ones(len(keep), dtype=torch.bool, device=dev)
         tok = nxt[:, None]
     out = out.tolist()
     return [row[: int(n)] for row, n in zip(out, lengths.tolist())]
@@ -81,7 +96,7 @@ def _reorder_cache(cache: list, order: torch.Tensor) -> None:
                 c["v"] = c["v"].index_select(0, order)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
                 len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
                 vocab_limit: int | None = None) -> list[list[int]]:

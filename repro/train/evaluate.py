@@ -48,7 +48,7 @@ def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path 
     for split in ("valid", "test"):
         srcs, refs = corpus.sources(split), corpus.references(split)
         log.info("decoding %s: %d sentences (%s)", split, len(srcs), dcfg)
-        hyps, st = t.translate(srcs, dcfg, device=device)
+        hyps, st = t.translate_split(corpus, split, dcfg, device=device)
         (out / f"{split}.hyp.txt").write_text("\n".join(hyps) + "\n")
         rep = bleu_report(hyps, refs, srcs, corpus.clean_masks[split])
         summary[split] = rep

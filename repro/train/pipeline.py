@@ -56,6 +56,7 @@ def load_data(params: Mapping):
             corpus.clean_masks[s] = [True] * len(pairs)
             corpus.meta[s] = [{} for _ in pairs]
         corpus.data_bin = db
+        corpus.bpe_symbol = c.get("bpe_symbol")
     else:
         path = c["path"]
         if path in (None, ""):
@@ -208,6 +209,22 @@ class Trained:
 
         return translate(self.model, self.tokenizer, sources, cfg, device=device, bos_id=self.bos_id,
                          src_tokenizer=self.src_tokenizer, vocab_limit=self.vocab_limit)
+
+    def translate_split(self, corpus, split: str = "test", cfg=None, device="cpu"):
+        """Hypotheses for a corpus split.  For a fairseq data-bin corpus the stored (BPE) source ids are decoded
+        and the output has BPE removed (``corpus.bpe_symbol``), so references and hypotheses are both plain text."""
+        from repro.train.decode import DecodeConfig, decode_ids
+
+        db = getattr(corpus, "data_bin", None)
+        if db is None:
+            return self.translate(corpus.sources(split), cfg, device)
+        cfg = cfg or DecodeConfig()
+        src_ids = [list(s) if len(s) and s[-1] == db.src_dict.eos_index else list(s) + [db.src_dict.eos_index]
+                   for s in db.splits[split][0][: len(getattr(corpus, split))]]
+        td = db.tgt_dict
+        hyps, stats = decode_ids(self.model, src_ids, self.bos_id, td.eos_index, td.pad_index, cfg, device,
+                                 self.vocab_limit)
+        return [td.string(h, getattr(corpus, "bpe_symbol", "@@ ")) for h in hyps], stats
 
 
 def load_trained(path: str | Path, device="cpu", tokenizer_path: str | Path | None = None) -> Trained:
