@@ -252,7 +252,6 @@ class Evaluator:
 
     def quality(self, model, key=None) -> dict:
         from repro.train.bleu import corpus_bleu
-        from repro.train.decode import translate
         from repro.train.loop import evaluate_loss
 
         if key is not None and key in self.cache:
@@ -260,9 +259,9 @@ class Evaluator:
         t0 = time.perf_counter()
         r = evaluate_loss(model, self.data["valid"], self.t.tokenizer.pad_id, device=self.device)
         q = {"valid_nll": r["nll"], "valid_ppl": r["ppl"]}
-        if self.stack != "lm":
-            hyps, _ = translate(model, self.t.tokenizer, self.data["test_src"], self.dcfg, device=self.device,
-                                bos_id=self.t.bos_id)
+        if self.stack != "lm":  # Trained.translate_split: data-bin ids and vocabulary limits of imported models
+            hyps, _ = replace(self.t, model=model).translate_split(self.data["test_corpus"], "test", self.dcfg,
+                                                                   self.device)
             q["bleu"] = corpus_bleu(hyps, self.data["test_ref"]).score
         q["seconds"] = time.perf_counter() - t0
         if key is not None:
@@ -340,24 +339,27 @@ def _data_for(t, tparams: dict, stack: str, params: dict) -> dict:
             "valid": valid_batches(subset(enc["valid"], range(n_val)), ev["max_tokens"]),
             "label_smoothing": float((tr or {}).get("label_smoothing", 0.0))}
     if stack != "lm":
-        srcs = corpus.sources("test", ev["test_clean_only"])
-        refs = corpus.references("test", ev["test_clean_only"])
-        n = min(ev["test_sentences"] or len(srcs), len(srcs))
-        data["test_src"], data["test_ref"] = srcs[:n], refs[:n]
+        pairs = corpus.split("test", ev["test_clean_only"])
+        n = min(ev["test_sentences"] or len(pairs), len(pairs))
+        tc = copy.copy(corpus)  # the test subset (a data-bin corpus keeps its ids: the first n of its test split)
+        tc.test = pairs[:n]
+        tc.clean_masks = {**corpus.clean_masks, "test": [True] * n}
+        data["test_corpus"] = tc
+        data["test_src"], data["test_ref"] = [a for a, _ in pairs[:n]], [b for _, b in pairs[:n]]
     return data
 
 
 def _base_report(t, data, ev, device) -> list[dict]:
     """Full-test BLEU, placeholder-free subset and copy baselines of the unpruned model (issue 4's caveat)."""
     from repro.train.bleu import bleu_report, corpus_bleu
-    from repro.train.decode import DecodeConfig, translate
+    from repro.train.decode import DecodeConfig
 
     c = data["corpus"]
     rows = [metric(CLAIM, "bleu_copy_baseline", corpus_bleu(data["test_src"], data["test_ref"]).score, "BLEU",
                    n=len(data["test_src"]), stack="translation", test_set="subset")]
     if ev["full_test_report"]:
         srcs, refs = c.sources("test"), c.references("test")
-        hyps, _ = translate(t.model, t.tokenizer, srcs, DecodeConfig.from_params(ev), device=device, bos_id=t.bos_id)
+        hyps, _ = t.translate_split(c, "test", DecodeConfig.from_params(ev), device)
         rep = bleu_report(hyps, refs, srcs, c.clean_masks.get("test"))
         for key, name in (("full", "bleu_unpruned"), ("clean", "bleu_unpruned"), ("copy_full", "bleu_copy_baseline"),
                           ("copy_clean", "bleu_copy_baseline")):
