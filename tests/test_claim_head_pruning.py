@@ -184,6 +184,8 @@ def _rows(sig=2, total=24, up=1, imp_mean=20.0, rnd_mean=(15.0, 14.0), prunable=
 
 
 def test_judge_reproduced_and_each_rule_can_fail():
+    from repro.bench.records import metric
+
     p = section("head_pruning", "default")
     good = hp.judge(_rows(), p, "default")
     assert good["verdict"] == "reproduced", good["reason"]
@@ -194,6 +196,7 @@ def test_judge_reproduced_and_each_rule_can_fail():
         "prunable": _rows(prunable=10.0),
         "l0 budget": _rows(l0=((6, 24, -2.0), (20, 24, -0.1))),
         "speed-up": _rows(speed=((1, 5.0), (16, 3.0), (64, 2.0))),
+        "l0 vs control": _rows() + [metric("head_pruning", "l0_bleu_delta_vs_control", -2.0, lam=0.01)],
     }
     for name, rows in bad_cases.items():
         v = hp.judge(rows, p, "default")

@@ -39,7 +39,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
                                     "* marks a paired-bootstrap p < 0.01 (Michel et al. 2019, Table 1)."))
     pr = _sel(metrics, "pruning_bleu")
     if len(pr):
-        pr["curve"] = pr.apply(lambda r: "importance" if r["order"] == "importance" else f"random (seed {r['seed']})",
+        pr["curve"] = pr.apply(lambda r: "importance" if r["order"] == "importance" else f"random (seed {int(r['seed'])})",
                                axis=1)
         pr["percent"] = 100 * pr["fraction"].astype(float)
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
