@@ -56,6 +56,8 @@ def _sweep(metrics, out_dir, axis, name, caption):
         d = m[(m["measure"] == meas) & (m["MiB"] > 0)]
         sns.lineplot(data=d, x=axis, y="MiB", hue="series", marker="o", ax=ax)
         ax.set_xscale("log"); ax.set_yscale("log"); ax.set_title(meas, fontsize=9)
+        ticks = sorted(m[axis].unique())
+        ax.set_xticks(ticks, [str(t) for t in ticks]); ax.minorticks_off()
         if axis == "depth" and len(d):
             x = np.array(sorted(d[axis].unique()), dtype=float)
             y0 = d["MiB"].min()
