@@ -276,6 +276,22 @@ def timed_rounds(fns: dict, *, reps: int, warmup: int, device, min_time: float, 
     return samples
 
 
+def memory_reduction(rows: list[dict]) -> list[dict]:
+    """Peak fwd+bwd memory of no checkpointing over each policy at the deepest depth measured (Chen et al.:
+    48G -> 7G, 6.9x, for a 1000-layer ResNet)."""
+    peaks = {(r["sweep"]["backend"], r["sweep"]["policy"], r["sweep"]["depth"]): r["value"] for r in rows
+             if r["metric"] == "peak_bytes_fwd_bwd" and r["sweep"].get("axis") == "depth"}
+    out = []
+    for (backend, policy, depth), v in peaks.items():
+        deepest = max(d for b, _, d in peaks if b == backend)
+        base = peaks.get((backend, "none", depth))
+        if depth == deepest and policy != "none" and base and v:
+            out.append(metric(CLAIM, "peak_reduction_vs_none", base / v, "x", axis="depth", backend=backend,
+                              policy=policy, depth=depth))
+            log.info("peak memory at depth %d: none / %s = %.2fx", depth, policy, base / v)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- time
 def measure_time(p: dict, device) -> list[dict]:
     """fwd+bwd time of each policy, interleaved in one process; overhead = median paired ratio to none - 1."""
@@ -382,6 +398,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     log.info("device %s; terms, then memory sweeps, then timing", device)
     rows = measure_terms(params, device)
     rows += measure_sweeps(params, device)
+    rows += memory_reduction(rows)
     rows += measure_time(params, device)
     atomic_write_json(Path(out) / "slopes.json", {f"{r['sweep'].get('axis')}/{r['sweep']['backend']}/"
                                                   f"{r['sweep']['policy']}/{r['metric']}": r["value"]
