@@ -7,6 +7,7 @@ repetitions so no variant profits from the previous one's cache.
 """
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from typing import Callable, Mapping
@@ -43,10 +44,11 @@ def time_once(fn: Callable[[], object], device="cpu") -> float:
 
 
 def time_interleaved(fns: Mapping[str, Callable[[], object]], *, reps: int = 10, warmup: int = 2,
-                     device="cpu", min_time: float = 0.0) -> dict[str, list[float]]:
+                     device="cpu", min_time: float = 0.0, label: str | None = None) -> dict[str, list[float]]:
     """Interleave the variants round by round; returns the per-variant list of seconds.
 
-    ``min_time`` keeps adding rounds (beyond ``reps``) until the total measured time exceeds it.
+    ``min_time`` keeps adding rounds (beyond ``reps``) until the total measured time exceeds it. With ``label``,
+    every round is logged (progress for long timings).
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -58,6 +60,9 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], *, reps: int = 10,
         for name, fn in fns.items():
             samples[name].append(time_once(fn, device))
         rounds += 1
+        if label:
+            logging.getLogger("repro.timing").info(
+                "%s: round %d (%s)", label, rounds, ", ".join(f"{k} {1e3 * v[-1]:.1f} ms" for k, v in samples.items()))
     return samples
 
 

@@ -19,7 +19,6 @@ Reproduces, on the shared block (repro.model; the Encoder's BlockStack with ``Mo
 from __future__ import annotations
 
 import logging
-import time
 import math
 from pathlib import Path
 
@@ -263,19 +262,6 @@ def measure_sweeps(p: dict, device) -> list[dict]:
     return rows
 
 
-def timed_rounds(fns: dict, *, reps: int, warmup: int, device, min_time: float, label: str) -> dict:
-    """repro.bench.timing.time_interleaved one round at a time, so a long timing logs its progress each round."""
-    samples = {k: [] for k in fns}
-    start, rounds = time.perf_counter(), 0
-    while rounds < reps or time.perf_counter() - start < min_time:
-        got = time_interleaved(fns, reps=1, warmup=warmup if rounds == 0 else 0, device=device)
-        for k, v in got.items():
-            samples[k] += v
-        rounds += 1
-        log.info("%s: round %d (%s)", label, rounds, ", ".join(f"{k} {1e3 * v[-1]:.1f} ms" for k, v in got.items()))
-    return samples
-
-
 def memory_reduction(rows: list[dict]) -> list[dict]:
     """Peak fwd+bwd memory of no checkpointing over each policy at the deepest depth measured (Chen et al.:
     48G -> 7G, 6.9x, for a 1000-layer ResNet)."""
@@ -309,7 +295,7 @@ def measure_time(p: dict, device) -> list[dict]:
 
     fns = {pol: fwd_bwd(st) for pol, st in stacks.items()}
     fns["forward_only"] = lambda: base(x0 * 1.0)  # with autograd recording, as a recomputation runs
-    samples = timed_rounds(fns, reps=tm["reps"], warmup=tm["warmup"], device=device, min_time=tm["min_time_s"],
+    samples = time_interleaved(fns, reps=tm["reps"], warmup=tm["warmup"], device=device, min_time=tm["min_time_s"],
                            label="policy timing")
     rows = []
     common = dict(depth=tm["depth"], seq_len=tm["seq_len"], batch=tm["batch"], backend=tm["backend"], dtype=tm["dtype"])

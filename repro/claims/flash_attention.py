@@ -20,7 +20,6 @@ kernel (``triton``; GPU only, recorded as skipped on CPU where Triton runs under
 from __future__ import annotations
 
 import logging
-import time
 import math
 from pathlib import Path
 
@@ -182,19 +181,6 @@ def fig2(p: dict, device) -> list[dict]:
     return rows
 
 
-def timed_rounds(fns: dict, *, reps: int, warmup: int, device, min_time: float, label: str) -> dict:
-    """repro.bench.timing.time_interleaved one round at a time, so a long timing logs its progress each round."""
-    samples = {k: [] for k in fns}
-    start, rounds = time.perf_counter(), 0
-    while rounds < reps or time.perf_counter() - start < min_time:
-        got = time_interleaved(fns, reps=1, warmup=warmup if rounds == 0 else 0, device=device)
-        for k, v in got.items():
-            samples[k] += v
-        rounds += 1
-        log.info("%s: round %d (%s)", label, rounds, ", ".join(f"{k} {1e3 * v[-1]:.1f} ms" for k, v in got.items()))
-    return samples
-
-
 # ----------------------------------------------------------------------------------------------- end to end
 def end_to_end(p: dict, device) -> list[dict]:
     m = p["model"]
@@ -228,7 +214,7 @@ def end_to_end(p: dict, device) -> list[dict]:
         peak = peak_memory(step, device)
         rows.append(metric(CLAIM, "train_step_peak_memory", peak / 2**20, "MiB", backend=backend, **common))
         fns[backend] = step
-    samples = timed_rounds(fns, reps=m["reps"], warmup=m["warmup"], device=device, min_time=m["min_time_s"],
+    samples = time_interleaved(fns, reps=m["reps"], warmup=m["warmup"], device=device, min_time=m["min_time_s"],
                            label="training step timing")
     for backend, sm in samples.items():
         s = summarize(sm)

@@ -18,7 +18,6 @@ arXiv 1910.05895, Sec. 3.2: "around 5% faster" than LayerNorm).
 from __future__ import annotations
 
 import logging
-import time
 import statistics
 from pathlib import Path
 
@@ -72,19 +71,6 @@ def op_level(p: dict, device, out: Path) -> list[dict]:
     return rows
 
 
-def timed_rounds(fns: dict, *, reps: int, warmup: int, device, min_time: float, label: str) -> dict:
-    """repro.bench.timing.time_interleaved one round at a time, so a long timing logs its progress each round."""
-    samples = {k: [] for k in fns}
-    start, rounds = time.perf_counter(), 0
-    while rounds < reps or time.perf_counter() - start < min_time:
-        got = time_interleaved(fns, reps=1, warmup=warmup if rounds == 0 else 0, device=device)
-        for k, v in got.items():
-            samples[k] += v
-        rounds += 1
-        log.info("%s: round %d (%s)", label, rounds, ", ".join(f"{k} {1e3 * v[-1]:.1f} ms" for k, v in got.items()))
-    return samples
-
-
 # ----------------------------------------------------------------------------------------------- the model
 def _variants(p: dict, device) -> tuple[dict, dict]:
     """(norm, impl) variants to time; triton variants are skipped off CUDA (the interpreter is not a speed path)."""
@@ -127,7 +113,7 @@ def model_level(p: dict, device) -> list[dict]:
 
         fns[name] = step
     log.info("model: timing %d variants interleaved (%s); skipped: %s", len(fns), ", ".join(fns), skipped or "none")
-    samples = timed_rounds(fns, reps=m["reps"], warmup=m["warmup"], device=device, min_time=m["min_time_s"],
+    samples = time_interleaved(fns, reps=m["reps"], warmup=m["warmup"], device=device, min_time=m["min_time_s"],
                            label="model step timing")
     common = dict(layers=m["layers"], d_model=m["d_model"], seq_len=m["seq_len"], batch=m["batch"], dtype=m["dtype"])
     rows = []
