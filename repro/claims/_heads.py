@@ -69,8 +69,8 @@ class BleuEvaluator:
     ``stats()`` returns the (N, 10) per-sentence BLEU statistics of the model with its current gates."""
 
     def __init__(self, model, tokenizer, bos_id: int, src_ids: list[list[int]], refs: list[str], dcfg,
-                 device="cpu"):
-        self.model, self.tok, self.bos_id = model, tokenizer, bos_id
+                 device="cpu", vocab_limit: int | None = None):
+        self.model, self.tok, self.bos_id, self.vocab_limit = model, tokenizer, bos_id, vocab_limit
         self.src_ids, self.refs, self.dcfg, self.device = src_ids, refs, dcfg, device
         self.calls, self.seconds = 0, 0.0
 
@@ -79,7 +79,7 @@ class BleuEvaluator:
 
         t0 = time.perf_counter()
         hyps, _ = decode_ids(model or self.model, self.src_ids, self.bos_id, self.tok.eos_id, self.tok.pad_id,
-                             self.dcfg, self.device)
+                             self.dcfg, self.device, self.vocab_limit)
         self.calls += 1
         self.seconds += time.perf_counter() - t0
         return [self.tok.decode(h) for h in hyps]

@@ -75,8 +75,9 @@ class Setup:
         self.sources = [self.corpus.test[i][0] for i in idx]
         self.refs = [self.corpus.test[i][1] for i in idx]
         self.clean = [self.corpus.clean_masks["test"][i] for i in idx]
+        self.vocab_limit = getattr(t, "vocab_limit", None)  # imported models: ids past the target dictionary
         self.evaluator = BleuEvaluator(self.model, self.tok, self.bos_id, self.src_ids, self.refs, self.dcfg,
-                                       self.device)
+                                       self.device, self.vocab_limit)
         self.test_subset = _subset(test, idx)
         self.kinds = params["kinds"]
         self.heads = all_heads(self.model, self.kinds)
@@ -160,7 +161,7 @@ def baseline(S: Setup, params: dict, rows: list) -> np.ndarray:
         from repro.train.decode import decode_ids
 
         ids = [list(map(int, s)) for s in S.test_full.src]
-        h, _ = decode_ids(S.model, ids, S.bos_id, S.tok.eos_id, S.tok.pad_id, S.dcfg, S.device)
+        h, _ = decode_ids(S.model, ids, S.bos_id, S.tok.eos_id, S.tok.pad_id, S.dcfg, S.device, S.vocab_limit)
         full = corpus_bleu([S.tok.decode(x) for x in h], S.corpus.references("test"))
         rows.append(metric(CLAIM, "bleu_unpruned", full.score, "BLEU", n=full.n, subset="full_test"))
         log.info("unpruned BLEU on the full test set (%d sentences): %.2f", full.n, full.score)
