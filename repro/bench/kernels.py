@@ -44,7 +44,7 @@ PASSES_ATTN = ("fwd", "bwd", "fwd_bwd")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 COLUMNS = ["op", "provider", "dtype", "pass", "rows", "hidden", "batch", "heads", "seq_len", "head_dim", "causal",
            "median_ms", "iqr_ms", "n", "baseline", "ratio_to_baseline", "gbps", "tflops", "peak_mb", "status",
-           "reason", "metric", "value", "target", "met", "device", "hardware_id"]
+           "reason", "metric", "value", "value_iqr", "target", "met", "device", "hardware_id"]
 INTERPRETER_REASON = "Triton interpreter on CPU is a correctness path, not a speed path"
 
 
@@ -356,7 +356,7 @@ def run_norm_sweep(cfg=None, *, log=print, on_rows=None) -> list[dict]:
                             ratio = paired_ratios(samples, f"rmsnorm/{p}", f"layernorm/{p}")
                             row = {c: None for c in COLUMNS}
                             row.update(op="rmsnorm_vs_layernorm", provider=p, dtype=dtype_name, rows=sweep.rows,
-                                       hidden=hidden, metric="time_ratio", value=ratio["median"],
+                                       hidden=hidden, metric="time_ratio", value=ratio["median"], value_iqr=ratio["iqr"],
                                        iqr_ms=None, n=ratio["n"], status="ok", device=device.type,
                                        reason="median of per-round rmsnorm/layernorm time ratios (interleaved)",
                                        **{"pass": pass_})

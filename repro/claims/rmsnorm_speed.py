@@ -65,7 +65,8 @@ def op_level(p: dict, device, out: Path) -> list[dict]:
                 rows.append(metric(CLAIM, "op_time", None, "s", op=r["op"], status=r["status"], reason=r["reason"],
                                    **common))
         elif r["op"] == "rmsnorm_vs_layernorm" and r["metric"] == "time_ratio":
-            rows.append(metric(CLAIM, "op_time_ratio_rms_over_ln", r["value"], "ratio", n=r["n"], **common))
+            rows.append(metric(CLAIM, "op_time_ratio_rms_over_ln", r["value"], "ratio", spread=r.get("value_iqr"),
+                               n=r["n"], **common))
             rows.append(metric(CLAIM, "op_time_reduction", 100 * (1 - r["value"]), "percent", n=r["n"],
                                published_key="reduction_range", **common))
     return rows
