@@ -65,6 +65,10 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
              "Sources: " + "; ".join(registry.citation(s) for s in info.get("sources", [])), "",
              f"## Verdict: **{verdict['verdict']}** (scale `{verdict.get('scale')}`, hardware `{verdict.get('hardware')}`)",
              "", verdict["reason"], ""]
+    if verdict.get("per_implementation"):
+        per = pd.DataFrame([{"implementation": k, "verdict": f"**{v['verdict']}**", "reason": v["reason"]}
+                            for k, v in verdict["per_implementation"].items()])
+        lines += ["## Verdict per implementation", "", _table(per), ""]
     if verdict.get("checks"):
         checks = pd.DataFrame([{"check": c["name"], "measured": c["measured"], "published / expected": c["expected"],
                                 "holds": {True: "yes", False: "**no**", None: "n/a"}[c["passed"]]}
