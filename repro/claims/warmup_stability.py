@@ -202,7 +202,8 @@ def train_one(params: dict, run: dict, tok, enc: dict, test: dict, out: Path, de
     else:  # a diverged model has no translation: score empty outputs
         hyps = [""] * len(test["refs"])
     rep = bleu_report(hyps, test["refs"], test["srcs"], test["clean"])
-    valid_nll = res.valid_curve[-1]["valid_nll"] if res.valid_curve else None
+    # a diverged run has no final validation loss (the last one logged predates the divergence)
+    valid_nll = res.valid_curve[-1]["valid_nll"] if res.valid_curve and not res.diverged else None
     best_nll = min(v["valid_nll"] for v in res.valid_curve) if res.valid_curve else None
     summ = {**{k: run[k] for k in ("name", "groups", "norm", "position", "fixnorm", "layers", "lr", "warmup")},
             "diverged": res.diverged, "diverged_step": res.diverged_step, "stop_reason": res.stop_reason,
