@@ -129,7 +129,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         axes[0][-1].legend(fontsize=6, loc="best")
         fig.tight_layout(); fig.savefig(out_dir / "quality_vs_removed.png", dpi=110); plt.close(fig)
         out.append(("quality_vs_removed.png", "Quality vs % of layers removed per selection rule (random: mean over "
-                    "seeds); stars: after the short healing fine-tune. Orange: Gromov's collapse points (Llama-2 "
+                    "seeds; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Orange: Gromov's collapse points (Llama-2 "
                     "45-55% band; dashed: Qwen 20%, Phi-2 25%, Mistral 35%)."))
     # 4. healed vs unhealed validation NLL (Gromov Fig 3 analogue)
     nll = metrics[metrics["metric"] == "valid_nll"].copy()
