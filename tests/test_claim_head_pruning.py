@@ -44,8 +44,9 @@ def test_tiny_run(tiny_model, tmp_path):
     assert all(0.0 <= r["sweep"]["p_value"] <= 1.0 for r in by("ablation_bleu_delta"))
     total = [r for r in by("heads_total") if r["sweep"]["kind"] == "all"][0]
     assert total["value"] == n_heads
-    imp = by("head_importance")
+    imp = [r for r in by("head_importance") if r["sweep"]["order"] == "importance"]
     assert len(imp) == n_heads and all(r["value"] >= 0 for r in imp)
+    assert len(by("head_importance")) == 2 * n_heads  # also the unnormalised order
     for kind in ("encoder_self", "decoder_self", "cross"):  # l2-normalised per layer
         v = [r["value"] for r in imp if r["sweep"]["kind"] == kind]
         assert math.isclose(math.sqrt(sum(x * x for x in v)), 1.0, rel_tol=1e-5) or max(v) == 0
@@ -54,7 +55,8 @@ def test_tiny_run(tiny_model, tmp_path):
     assert {r["sweep"]["batch"] for r in by("speedup")} == set(params["throughput"]["batch_sizes"])
     assert all(r["value"] > 0 for r in by("examples_per_s"))
     assert len(by("l0_heads_kept")) == len(params["l0"]["lambdas"])
-    assert 0 <= by("prunable_fraction")[0]["value"] <= 100
+    assert {r["sweep"]["order"] for r in by("prunable_fraction")} == {"importance", "importance_raw"}
+    assert all(0 <= r["value"] <= 100 for r in by("prunable_fraction"))
     write_results(tmp_path, claim="head_pruning", scale="tiny", metrics=rows, verdict=verdict, config=params)
     figs = plots(read_metrics(tmp_path), tmp_path, tmp_path)
     assert {f for f, _ in figs} == {"ablation.png", "pruning_curve.png", "l0_budgets.png", "speedup.png"}
@@ -84,33 +86,47 @@ def _batch():
 
 
 def test_importance_is_the_gate_gradient():
-    """Unnormalised I_h on one batch equals |dL/d xi_h| / tokens by central finite differences."""
+    """Unnormalised I_h equals sum |dL/d xi_h| / tokens by central finite differences: per batch, and per
+    sentence (each sentence alone, summed) for the default granularity."""
     import torch.nn.functional as F
+    from repro.data.batching import Batch
 
-    def loss_sum(model):  # summed NLL in float64 (model_loss casts logits to float32)
+    def loss_sum(model, b):  # summed NLL in float64 (model_loss casts logits to float32)
         logits = model(b.src, b.tgt_in, b.src_pad_mask, b.tgt_pad_mask)
         return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1), ignore_index=0,
                                      reduction="sum"))
 
-    model, b = _small_model().double(), _batch()
-    raw = head_importance(model, [b], pad_id=0, normalize=False)
-    ntok = b.ntokens
-    for h in [Head("encoder_self", 1, 2), Head("decoder_self", 0, 1), Head("cross", 1, 3)]:
+    def fd(model, h, b):
         gate = model.attention_modules()[h.kind][h.layer].head_gate
         vals = []
         for eps in (1e-4, -1e-4):
             set_pruned(model)
             with torch.no_grad():
                 gate[h.head] += eps
-                vals.append(loss_sum(model))
-        fd = abs(vals[0] - vals[1]) / 2e-4 / ntok
-        assert fd > 1e-6
-        assert raw[h] == pytest.approx(fd, rel=1e-3)
+                vals.append(loss_sum(model, b))
+        set_pruned(model)
+        return (vals[0] - vals[1]) / 2e-4
+
+    model, b = _small_model().double(), _batch()
+    per_batch = head_importance(model, [b], pad_id=0, normalize=False, granularity="batch")
+    per_sent = head_importance(model, [b], pad_id=0, normalize=False)
+    ntok = b.ntokens
+    one = lambda i: Batch(b.src[i:i + 1], b.tgt_in[i:i + 1], b.tgt_out[i:i + 1], b.src_pad_mask[i:i + 1],
+                          b.tgt_pad_mask[i:i + 1], b.index[i:i + 1])
+    for h in [Head("encoder_self", 1, 2), Head("decoder_self", 0, 1), Head("cross", 1, 3)]:
+        whole = abs(fd(model, h, b)) / ntok
+        assert whole > 1e-6
+        assert per_batch[h] == pytest.approx(whole, rel=1e-3)
+        sent = sum(abs(fd(model, h, one(i))) for i in range(3)) / ntok
+        assert per_sent[h] == pytest.approx(sent, rel=1e-3)
+        assert per_sent[h] >= per_batch[h] * (1 - 1e-6)  # sum of |.| >= |sum|
     # normalised: unit l2 norm per layer; a pruned head is left out
     imp = head_importance(model, [b], pad_id=0, pruned=[Head("cross", 0, 1)])
     assert Head("cross", 0, 1) not in imp
     v = [imp[Head("cross", 0, h)] for h in (0, 2, 3)]
     assert math.sqrt(sum(x * x for x in v)) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="granularity"):
+        head_importance(model, [b], pad_id=0, granularity="token")
 
 
 def test_physical_removal_equals_masking():

@@ -4,7 +4,8 @@
   ``head_gate`` buffers (Michel, Levy, Neubig 2019, Sec. 2: xi_h multiplies each head's output).
 - :class:`BleuEvaluator`: decodes a fixed test subset once per gate setting and keeps per-sentence BLEU
   statistics, so every variant is compared with the unpruned model by paired bootstrap (Koehn 2004).
-- :func:`head_importance`: Michel's I_h = E_x |dL/d xi_h|, l2-normalised per layer (Sec. 4.1, eq. 2).
+- :func:`head_importance`: Michel's I_h = E_x |dL/d xi_h| (per sentence or per batch), l2-normalised per
+  layer (Sec. 4.1, eq. 2).
 - :class:`HardConcreteGates`: Voita et al. (2019, Sec. 6.1) stochastic gates (Louizos et al. 2018) with the L0
   penalty sum_h P(g_h != 0).
 - :func:`pruned_copy`: a copy of the model with heads physically removed (``prune_heads``), for Table 4 timing.
@@ -97,12 +98,16 @@ def bleu(stats: np.ndarray) -> float:
 
 
 def head_importance(model, batches: list, pad_id: int, pruned: Iterable[Head] = (), kinds=KINDS,
-                    device="cpu", normalize: bool = True) -> dict[Head, float]:
-    """Michel et al. (2019) eq. 2: I_h = E_x |dL/d xi_h| over ``batches`` (NLL summed per batch, |grad|
-    accumulated per batch, divided by the target tokens), then l2-normalised within each layer (one attention
-    module).  Pruned heads keep gate 0 while scoring and are left out of the result."""
+                    device="cpu", normalize: bool = True, granularity: str = "sentence") -> dict[Head, float]:
+    """Michel et al. (2019) eq. 2: I_h = E_x |Att_h(x)^T dL/dAtt_h(x)| = E_x |dL/d xi_h|, summed over the
+    sentences (``granularity="sentence"``: the absolute value per sentence, read from the head outputs entering
+    the output projection) or over the batches (``"batch"``: |dL/d xi_h| of each batch's summed NLL, as
+    Michel et al.'s code accumulates it), divided by the target tokens, then l2-normalised within each layer
+    (one attention module).  Pruned heads keep gate 0 while scoring and are left out of the result."""
     from repro.train.loop import model_loss
 
+    if granularity not in ("sentence", "batch"):
+        raise ValueError(f"head_pruning.importance.granularity: {granularity!r} is not sentence or batch")
     pruned = set(pruned)
     mods = attention_modules(model, kinds)
     was = model.training
@@ -113,20 +118,40 @@ def head_importance(model, batches: list, pad_id: int, pruned: Iterable[Head] = 
     set_pruned(model, pruned)
     gates = [(k, li, m.head_gate) for k, ms in mods.items() for li, m in enumerate(ms)]
     acc = {(k, li): torch.zeros_like(g) for k, li, g in gates}
+    handles = []
+
+    def pre_hook(key, n_heads):
+        def fn(_, args):
+            x = args[0]  # (B, T, H * dh): head outputs times their gates (1 for kept heads)
+            if x.requires_grad:
+                def grad_hook(g):
+                    B, T = x.shape[0], x.shape[1]
+                    per = (x.detach() * g).reshape(B, T, n_heads, -1).sum(dim=(1, 3))  # (B, H) = dL/d xi per sentence
+                    acc[key].add_(per.abs().sum(0).to(acc[key].dtype))
+                x.register_hook(grad_hook)
+        return fn
+
     ntok = 0
     try:
         for _, _, g in gates:
             g.requires_grad_(True)
+        if granularity == "sentence":
+            for k, ms in mods.items():
+                for li, m in enumerate(ms):
+                    handles.append(m.out_proj.register_forward_pre_hook(pre_hook((k, li), m.n_heads)))
         for b in batches:
             b = b.to(device)
             for _, _, g in gates:
                 g.grad = None
             loss, _, _ = model_loss(model, b, 0.0, pad_id)  # label smoothing 0: the summed NLL, with grad
             loss.backward()
-            for k, li, g in gates:
-                acc[(k, li)] += g.grad.detach().abs()
+            if granularity == "batch":
+                for k, li, g in gates:
+                    acc[(k, li)] += g.grad.detach().abs()
             ntok += b.ntokens
     finally:
+        for hd in handles:
+            hd.remove()
         for _, _, g in gates:
             g.requires_grad_(False)
             g.grad = None

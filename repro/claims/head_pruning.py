@@ -241,32 +241,39 @@ def one_head_per_layer(S: Setup, params: dict, base: np.ndarray, ablation: dict,
 def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out: Path) -> dict:
     """Michel Fig. 3: prune ``step_fraction`` of the heads per step, lowest importance first (importance
     recomputed on the partly pruned model after each step when ``recompute_importance``), against random orders.
-    Returns the importance order of the pruned heads and the curve."""
+
+    Orders (``pruning.orders``): "importance" is Michel's score, l2-normalised within each layer; "importance_raw"
+    ranks the unnormalised scores across layers (a diagnostic: with few heads per layer the per-layer
+    normalisation makes scores of different layers incomparable).  Returns Michel's order and the curves."""
     p = params["pruning"]
     levels = pruning_levels(len(S.heads), p["step_fraction"], p["max_fraction"])
     imp_batches = S.batches(params["importance"]["split"], params["importance"]["max_tokens"],
                             params["importance"]["max_batches"], shuffle=False)
     pad = S.tok.pad_id
+    gran = params["importance"]["granularity"]
     curves: dict[str, list] = {}
-    # importance order
-    pruned: list[Head] = []
-    scores = head_importance(S.model, imp_batches, pad, [], S.kinds, S.device)
-    for h, v in scores.items():
-        rows.append(metric(CLAIM, "head_importance", v, "l2-normalised per layer", kind=h.kind, layer=h.layer,
-                           head=h.head))
-    curve = []
-    for n in levels:
-        if p["recompute_importance"] and pruned:
-            scores = head_importance(S.model, imp_batches, pad, pruned, S.kinds, S.device)
-        ranked = sorted((h for h in S.heads if h not in pruned), key=lambda h: scores[h])
-        pruned += ranked[: n - len(pruned)]
-        set_pruned(S.model, pruned)
-        r = compare(base, S.evaluator.stats(), params)
-        curve.append((n, r))
-        log.info("importance pruning: %d/%d heads pruned: BLEU %.2f (%+.2f, p=%.3f)", n, len(S.heads),
-                 r["bleu_b"], r["delta"], r["p_value"])
-    curves["importance"] = curve
-    order = list(pruned)
+    orders: dict[str, list] = {}
+    for name in p["orders"]:
+        norm = name == "importance"
+        pruned: list[Head] = []
+        scores = head_importance(S.model, imp_batches, pad, [], S.kinds, S.device, normalize=norm, granularity=gran)
+        for h, v in scores.items():
+            rows.append(metric(CLAIM, "head_importance", v, "l2-normalised per layer" if norm else "nats/token",
+                               kind=h.kind, layer=h.layer, head=h.head, order=name))
+        curve = []
+        for n in levels:
+            if p["recompute_importance"] and pruned:
+                scores = head_importance(S.model, imp_batches, pad, pruned, S.kinds, S.device, normalize=norm,
+                                         granularity=gran)
+            ranked = sorted((h for h in S.heads if h not in pruned), key=lambda h: scores[h])
+            pruned += ranked[: n - len(pruned)]
+            set_pruned(S.model, pruned)
+            r = compare(base, S.evaluator.stats(), params)
+            curve.append((n, r))
+            log.info("%s order: %d/%d heads pruned: BLEU %.2f (%+.2f, p=%.3f)", name, n, len(S.heads),
+                     r["bleu_b"], r["delta"], r["p_value"])
+        curves[name] = curve
+        orders[name] = list(pruned)
     for seed in p["random_seeds"]:
         perm = list(S.heads)
         random.Random(seed).shuffle(perm)
@@ -280,37 +287,43 @@ def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out:
     set_pruned(S.model)
     base_bleu = bleu(base)
     total = len(S.heads)
+
+    def label(name):
+        return ("random", int(name.split("_")[1])) if name.startswith("random_") else (name, None)
+
     for name, curve in curves.items():
-        order_kind, seed = ("importance", None) if name == "importance" else ("random", int(name.split("_")[1]))
+        order_kind, seed = label(name)
         rows.append(metric(CLAIM, "pruning_bleu", base_bleu, "BLEU", order=order_kind, seed=seed, pruned=0,
                            fraction=0.0, p_value=1.0))
         for n, r in curve:
             rows.append(metric(CLAIM, "pruning_bleu", r["bleu_b"], "BLEU", order=order_kind, seed=seed, pruned=n,
                                fraction=n / total, p_value=r["p_value"],
                                significant_loss=bool(r["p_value"] < params["significance"] and r["delta"] < 0)))
-    # prunable fraction (importance order): the largest fraction before the first significant loss
-    imp = curves["importance"]
-    ok = 0.0
-    for n, r in imp:
-        if r["p_value"] < params["significance"] and r["delta"] < 0:
-            break
-        ok = n / total
-    rows.append(metric(CLAIM, "prunable_fraction", 100 * ok, "percent", n=total, published_key="michel_prunable_wmt",
-                       order="importance"))
-    # sharp drop: the start of the steepest single-step BLEU fall
-    pts = [(0, base_bleu)] + [(n, r["bleu_b"]) for n, r in imp]
-    drops = [(pts[i][1] - pts[i + 1][1], pts[i][0]) for i in range(len(pts) - 1)]
-    if drops:
-        _, start = max(drops)
-        rows.append(metric(CLAIM, "sharp_drop_fraction", 100 * start / total, "percent", n=total,
-                           published_key="michel_sharp_drop_fraction", order="importance"))
-    # area under the curves (mean BLEU over the pruning levels)
-    for name, curve in curves.items():
+        # area under the curve (mean BLEU over the pruning levels)
         rows.append(metric(CLAIM, "pruning_mean_bleu", float(np.mean([r["bleu_b"] for _, r in curve])), "BLEU",
-                           order="importance" if name == "importance" else "random",
-                           seed=None if name == "importance" else int(name.split("_")[1])))
-    (out / "pruning_order.json").write_text(json.dumps([h.name for h in order], indent=1) + "\n")
-    return {"order": order, "curves": curves}
+                           order=order_kind, seed=seed))
+        if name.startswith("random_"):
+            continue
+        # prunable fraction: the largest fraction before the first significant loss
+        ok = 0.0
+        for n, r in curve:
+            if r["p_value"] < params["significance"] and r["delta"] < 0:
+                break
+            ok = n / total
+        michel = name == "importance"
+        rows.append(metric(CLAIM, "prunable_fraction", 100 * ok, "percent", n=total,
+                           published_key="michel_prunable_wmt" if michel else None, order=name))
+        # sharp drop: the start of the steepest single-step BLEU fall
+        pts = [(0, base_bleu)] + [(n, r["bleu_b"]) for n, r in curve]
+        drops = [(pts[i][1] - pts[i + 1][1], pts[i][0]) for i in range(len(pts) - 1)]
+        if drops:
+            _, start = max(drops)
+            rows.append(metric(CLAIM, "sharp_drop_fraction", 100 * start / total, "percent", n=total,
+                               published_key="michel_sharp_drop_fraction" if michel else None, order=name))
+    (out / "pruning_order.json").write_text(json.dumps({k: [h.name for h in v] for k, v in orders.items()},
+                                                       indent=1) + "\n")
+    main = orders.get("importance") or next(iter(orders.values()), [])
+    return {"order": main, "curves": curves}
 
 
 def l0_gates(S: Setup, params: dict, base: np.ndarray, rows: list) -> None:
@@ -406,7 +419,8 @@ def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
     if len(order) < n_prune:  # pruning stopped earlier: extend by a fresh importance ranking
         imp_batches = S.batches(params["importance"]["split"], params["importance"]["max_tokens"],
                                 params["importance"]["max_batches"], shuffle=False)
-        sc = head_importance(S.model, imp_batches, S.tok.pad_id, order, S.kinds, S.device)
+        sc = head_importance(S.model, imp_batches, S.tok.pad_id, order, S.kinds, S.device,
+                             granularity=params["importance"]["granularity"])
         order = order + sorted(sc, key=sc.get)[: n_prune - len(order)]
     small = pruned_copy(S.model, order[:n_prune]).eval()
     full = S.model
@@ -470,14 +484,16 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                             f"8 of 96 (8%), half raising BLEU; < {100 * v['minority_fraction']:.0f}%"))
     imp = _vals(rows, "pruning_mean_bleu", order="importance")
     rnd = _vals(rows, "pruning_mean_bleu", order="random")
+    raw = _vals(rows, "pruning_mean_bleu", order="importance_raw")
     if imp and rnd:
         checks.append(check("importance-order pruning beats random order", imp[0]["value"] > max(r["value"] for r in rnd),
                             f"mean BLEU over the pruning levels {imp[0]['value']:.2f} vs random "
-                            + ", ".join(f"{r['value']:.2f}" for r in rnd),
+                            + ", ".join(f"{r['value']:.2f}" for r in rnd)
+                            + (f" (unnormalised importance, not judged: {raw[0]['value']:.2f})" if raw else ""),
                             "importance order above random (Michel Fig. 3)"))
-    pf = _vals(rows, "prunable_fraction")
+    pf = _vals(rows, "prunable_fraction", order="importance")
     if pf:
-        sd = _vals(rows, "sharp_drop_fraction")
+        sd = _vals(rows, "sharp_drop_fraction", order="importance")
         checks.append(check("a substantial fraction of heads prunes without significant loss",
                             pf[0]["value"] >= 100 * v["prunable_min"],
                             f"{pf[0]['value']:.0f}% prunable (p>={params['significance']} or no loss)"

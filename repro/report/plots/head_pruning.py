@@ -39,8 +39,9 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
                                     "* marks a paired-bootstrap p < 0.01 (Michel et al. 2019, Table 1)."))
     pr = _sel(metrics, "pruning_bleu")
     if len(pr):
-        pr["curve"] = pr.apply(lambda r: "importance" if r["order"] == "importance" else f"random (seed {int(r['seed'])})",
-                               axis=1)
+        names = {"importance": "importance (Michel, l2 per layer)", "importance_raw": "importance (unnormalised)"}
+        pr["curve"] = pr.apply(lambda r: names.get(r["order"], r["order"]) if r["order"] != "random"
+                               else f"random (seed {int(r['seed'])})", axis=1)
         pr["percent"] = 100 * pr["fraction"].astype(float)
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         sns.lineplot(data=pr, x="percent", y="value", hue="curve", marker="o", ax=ax)
@@ -51,6 +52,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
             ax.axvline(x, color="black", ls="--", lw=0.8)
             ax.text(x + 1, ax.get_ylim()[0] + 0.05 * np.ptp(ax.get_ylim()), lab, fontsize=7, rotation=90)
         pf = metrics[metrics["metric"] == "prunable_fraction"]
+        pf = pf[pf["sweep"].map(lambda s: s.get("order") == "importance")]
         if len(pf):
             ax.axvline(float(pf["value"].iloc[0]), color="tab:green", lw=1.5, alpha=0.6, label="measured prunable")
         ax.set_xlabel("heads pruned (%)"); ax.set_ylabel("BLEU (test subset)")
