@@ -190,6 +190,8 @@ def _rows(sig=2, total=24, up=1, imp_mean=20.0, rnd_mean=(15.0, 14.0), prunable=
             m(c, "significant_heads_raising_bleu", up, n=sig, kind="encoder_self"),
             m(c, "pruning_mean_bleu", imp_mean, order="importance", seed=None),
             m(c, "prunable_fraction", prunable, n=48, order="importance"),
+            m(c, "prunable_fraction", 50.0, n=48, order="importance_raw"),
+            m(c, "pruning_mean_bleu", 30.0, order="importance_raw", seed=None),
             m(c, "sharp_drop_fraction", 60.0, n=48, order="importance")]
     rows += [m(c, "pruning_mean_bleu", v, order="random", seed=i) for i, v in enumerate(rnd_mean)]
     for i, (k, n, d) in enumerate(l0):
@@ -222,3 +224,6 @@ def test_judge_reproduced_and_each_rule_can_fail():
                     p, "default")
     assert none["verdict"] == "not_reproduced"
     assert hp.judge(_rows(), p, "tiny")["verdict"] == "not_applicable"
+    # judging the unnormalised order instead reads its rows (which pass here even where Michel's order fails)
+    p_raw = {**p, "verdict": {**p["verdict"], "judged_order": "importance_raw"}}
+    assert hp.judge(_rows(imp_mean=1.0, prunable=0.0), p_raw, "default")["verdict"] == "reproduced"

@@ -20,7 +20,7 @@ rule head_pruning:
         "../environment.yml"
     threads: 1  # measured: decoding on 2 busy cores is 4x slower with 2 threads than 1; leaves a core to a parallel job
     resources:
-        runtime=120 if W.scale == "paper" else 20,
+        runtime=480 if W.scale == "paper" else 20,
         mem_mb=32000 if W.scale == "paper" else 4000,
         gpu=1 if W.scale == "paper" else 0,
     shell:

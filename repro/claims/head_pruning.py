@@ -466,6 +466,8 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     1. a minority of encoder self-attention heads changes BLEU significantly when ablated (Michel: 8/96);
     2. the importance-order pruning curve lies above every random-order curve (mean BLEU over the levels);
     3. at least ``prunable_min`` of the heads prune (importance order) with no significant BLEU loss (WMT 20%);
+       rules 2-3 judge ``verdict.judged_order`` (default "importance": Michel's l2-per-layer normalisation) and
+       show the other order beside it;
     4. some L0 run keeps at most ``l0_max_kept_fraction`` of its gated heads within ``l0_max_drop`` BLEU of both
        the unpruned model and the unpenalised (lambda 0) fine-tune when one ran (Voita: 10 of 48 kept, -0.15);
     5. the speed-up of the pruned model grows with batch size and is positive at the largest batch
@@ -482,22 +484,28 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                             f"{int(cnt)} of {r['n']} ({100 * r['value']:.0f}%) significant at p<{params['significance']}"
                             f", {int(up)} raise BLEU",
                             f"8 of 96 (8%), half raising BLEU; < {100 * v['minority_fraction']:.0f}%"))
-    imp = _vals(rows, "pruning_mean_bleu", order="importance")
+    judged = v["judged_order"]
+    other = {"importance": "importance_raw", "importance_raw": "importance"}[judged]
+    names = {"importance": "Michel's l2-per-layer importance", "importance_raw": "unnormalised importance"}
+    imp = _vals(rows, "pruning_mean_bleu", order=judged)
     rnd = _vals(rows, "pruning_mean_bleu", order="random")
-    raw = _vals(rows, "pruning_mean_bleu", order="importance_raw")
+    alt = _vals(rows, "pruning_mean_bleu", order=other)
     if imp and rnd:
-        checks.append(check("importance-order pruning beats random order", imp[0]["value"] > max(r["value"] for r in rnd),
+        checks.append(check(f"pruning by {names[judged]} beats random order",
+                            imp[0]["value"] > max(r["value"] for r in rnd),
                             f"mean BLEU over the pruning levels {imp[0]['value']:.2f} vs random "
                             + ", ".join(f"{r['value']:.2f}" for r in rnd)
-                            + (f" (unnormalised importance, not judged: {raw[0]['value']:.2f})" if raw else ""),
+                            + (f" ({names[other]}, not judged: {alt[0]['value']:.2f})" if alt else ""),
                             "importance order above random (Michel Fig. 3)"))
-    pf = _vals(rows, "prunable_fraction", order="importance")
+    pf = _vals(rows, "prunable_fraction", order=judged)
     if pf:
-        sd = _vals(rows, "sharp_drop_fraction", order="importance")
-        checks.append(check("a substantial fraction of heads prunes without significant loss",
+        sd = _vals(rows, "sharp_drop_fraction", order=judged)
+        pf_alt = _vals(rows, "prunable_fraction", order=other)
+        checks.append(check(f"a substantial fraction of heads prunes ({names[judged]}) without significant loss",
                             pf[0]["value"] >= 100 * v["prunable_min"],
                             f"{pf[0]['value']:.0f}% prunable (p>={params['significance']} or no loss)"
-                            + (f"; steepest drop after {sd[0]['value']:.0f}%" if sd else ""),
+                            + (f"; steepest drop after {sd[0]['value']:.0f}%" if sd else "")
+                            + (f" ({names[other]}, not judged: {pf_alt[0]['value']:.0f}%)" if pf_alt else ""),
                             f"20% (WMT), 40% (BERT); sharp drop past ~60%; need >= {100 * v['prunable_min']:.0f}%"))
     kept = [r for r in _vals(rows, "l0_heads_kept") if r["sweep"]["lam"] > 0]
     if kept:
