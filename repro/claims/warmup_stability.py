@@ -103,7 +103,7 @@ def plan_runs(params: dict) -> list[dict]:
         for lr in sn["lrs"]:
             add("nguyen", "scalenorm", "pre", True, main_layers, lr, 0)
     dp = params["depth"]
-    for layers in dp["layers"]:
+    for layers in sorted(set(dp["layers"]) | {main_layers}):  # the main depth's runs are reused from the grid
         for position in params["positions"]:
             add("depth", "layernorm", position, False, layers, dp["lr"], 0)
     # most informative first (a run cut short still shows the headline): the main depth at the highest lr, then the
@@ -415,7 +415,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     for i, r in enumerate(plan):
         if r["name"] in done:
             log.info("run %d/%d: %s already finished (runs.json); kept", i + 1, len(plan), r["name"])
-            summaries.append(done[r["name"]])
+            summaries.append({**done[r["name"]], "groups": r["groups"]})  # groups are plan metadata
             continue
         log.info("run %d/%d: %s (groups %s)", i + 1, len(plan), r["name"], ",".join(r["groups"]))
         summaries.append(train_one(params, r, tok, enc, test, out, device))
