@@ -1,6 +1,7 @@
 # head_pruning: repro/claims/head_pruning.py names the papers, tables and verdict rules; parameters: config/claims/head_pruning.yaml.
 # Input: the shared trained translation model (workflows/translation.smk), unless head_pruning.fairseq_checkpoint
-# points to a fairseq checkpoint (paper scale), which the claim imports itself.
+# points to a fairseq checkpoint (paper scale: required, the claim imports it itself and fails naming the key when
+# it is not set) or model_dir to another trained model.
 import json as _hp_json
 
 _HP = _hp_json.loads(W.params("head_pruning"))
@@ -8,7 +9,7 @@ _HP = _hp_json.loads(W.params("head_pruning"))
 
 rule head_pruning:
     input:
-        model=[] if (_HP.get("fairseq_checkpoint") or _HP.get("model_dir"))
+        model=[] if (_HP.get("fairseq_checkpoint") or _HP.get("model_dir") or _HP.get("require_fairseq_checkpoint"))
         else f"{W.models}/translation/checkpoint_last.pt",
     output:
         **W.outputs("head_pruning"),
