@@ -181,7 +181,9 @@ def test_paper_scale_needs_the_checkpoint(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ judge
 def _rows(sig=2, total=24, up=1, imp_mean=20.0, rnd_mean=(15.0, 14.0), prunable=30.0, l0=((6, 24, -0.5),),
-          speed=((1, 1.0), (16, 10.0), (64, 15.0))):
+          speed=((1, 1.0), (16, 10.0), (64, 15.0)),
+          ablation=(("encoder_self", (-0.1, 0.2)), ("decoder_self", (-0.5, 0.0)), ("cross", (-2.0, -0.3)))):
+    ablation = dict(ablation)
     from repro.bench.records import metric as m
 
     c = "head_pruning"
@@ -198,6 +200,8 @@ def _rows(sig=2, total=24, up=1, imp_mean=20.0, rnd_mean=(15.0, 14.0), prunable=
         lam = 0.01 * (i + 1)
         rows += [m(c, "l0_heads_kept", k, n=n, lam=lam), m(c, "l0_bleu_delta", d, lam=lam)]
     rows += [m(c, "speedup", v, batch=b) for b, v in speed]
+    rows += [m(c, "ablation_bleu_delta", d, kind=k, layer=0, head=h) for k, ds in ablation.items()
+             for h, d in enumerate(ds)]
     return rows
 
 
@@ -207,7 +211,7 @@ def test_judge_reproduced_and_each_rule_can_fail():
     p = section("head_pruning", "default")
     good = hp.judge(_rows(), p, "default")
     assert good["verdict"] == "reproduced", good["reason"]
-    assert len(good["checks"]) == 5
+    assert len(good["checks"]) == 6
     bad_cases = {
         "minority": _rows(sig=13),
         "importance": _rows(imp_mean=14.5),
@@ -215,13 +219,14 @@ def test_judge_reproduced_and_each_rule_can_fail():
         "l0 budget": _rows(l0=((6, 24, -2.0), (20, 24, -0.1))),
         "speed-up": _rows(speed=((1, 5.0), (16, 3.0), (64, 2.0))),
         "l0 vs control": _rows() + [metric("head_pruning", "l0_bleu_delta_vs_control", -2.0, lam=0.01)],
+        "enc-dec most sensitive": _rows(ablation=(("encoder_self", (-3.0, 0.2)), ("cross", (-0.5, -0.3)))),
     }
     for name, rows in bad_cases.items():
         v = hp.judge(rows, p, "default")
         assert v["verdict"] == "partially", name
         assert sum(not c["passed"] for c in v["checks"]) == 1, name
-    none = hp.judge(_rows(sig=20, imp_mean=1.0, prunable=0.0, l0=((24, 24, 0.0),), speed=((1, 5.0), (64, -1.0))),
-                    p, "default")
+    none = hp.judge(_rows(sig=20, imp_mean=1.0, prunable=0.0, l0=((24, 24, 0.0),), speed=((1, 5.0), (64, -1.0)),
+                          ablation=(("encoder_self", (-3.0,)), ("cross", (0.0,)))), p, "default")
     assert none["verdict"] == "not_reproduced"
     assert hp.judge(_rows(), p, "tiny")["verdict"] == "not_applicable"
     # judging the unnormalised order instead reads its rows (which pass here even where Michel's order fails)

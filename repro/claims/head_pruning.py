@@ -463,7 +463,8 @@ def _vals(rows, name, **sweep):
 
 def judge(rows: list[dict], params: dict, scale: str) -> dict:
     """Verdict rules (thresholds from ``params["verdict"]``):
-    1. a minority of encoder self-attention heads changes BLEU significantly when ablated (Michel: 8/96);
+    1. a minority of encoder self-attention heads changes BLEU significantly when ablated (Michel: 8/96), and
+       single-head ablation costs most, on average, in enc-dec attention;
     2. the importance-order pruning curve lies above every random-order curve (mean BLEU over the levels);
     3. at least ``prunable_min`` of the heads prune (importance order) with no significant BLEU loss (WMT 20%);
        rules 2-3 judge ``verdict.judged_order`` (default "importance": Michel's l2-per-layer normalisation) and
@@ -481,12 +482,21 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         up = _vals(rows, "significant_heads_raising_bleu", kind=r["sweep"]["kind"])[0]["value"]
         checks.append(check(f"a minority of {r['sweep']['kind']} heads matter when ablated alone",
                             r["value"] < v["minority_fraction"],
-                            f"{int(cnt)} of {r['n']} ({100 * r['value']:.0f}%) significant at p<{params['significance']}"
+                            f"{int(cnt)} of {int(r['n'])} ({100 * r['value']:.0f}%) significant at p<{params['significance']}"
                             f", {int(up)} raise BLEU",
                             f"8 of 96 (8%), half raising BLEU; < {100 * v['minority_fraction']:.0f}%"))
     judged = v["judged_order"]
     other = {"importance": "importance_raw", "importance_raw": "importance"}[judged]
     names = {"importance": "Michel's l2-per-layer importance", "importance_raw": "unnormalised importance"}
+    by_kind: dict[str, list] = {}
+    for r in _vals(rows, "ablation_bleu_delta"):
+        by_kind.setdefault(r["sweep"]["kind"], []).append(r["value"])
+    if "cross" in by_kind and len(by_kind) > 1:
+        mean = {k: float(np.mean(x)) for k, x in by_kind.items()}
+        checks.append(check("enc-dec attention is the most sensitive to single-head ablation",
+                            min(mean, key=mean.get) == "cross",
+                            "mean BLEU change " + ", ".join(f"{k}: {x:+.2f}" for k, x in mean.items()),
+                            "enc-dec attention most sensitive (Michel Sec. 3-4)"))
     imp = _vals(rows, "pruning_mean_bleu", order=judged)
     rnd = _vals(rows, "pruning_mean_bleu", order="random")
     alt = _vals(rows, "pruning_mean_bleu", order=other)
@@ -515,7 +525,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                     + _vals(rows, "l0_bleu_delta_vs_control", lam=r["sweep"]["lam"]))
             runs.append((r["value"] / r["n"], d, r["value"], r["n"], r["sweep"]["lam"]))
         good = [x for x in runs if x[0] <= v["l0_max_kept_fraction"] and x[1] >= -v["l0_max_drop"]]
-        shown = ", ".join(f"lambda {lam:g}: {int(k)}/{n} kept, {d:+.2f}" for _, d, k, n, lam in runs)
+        shown = ", ".join(f"lambda {lam:g}: {int(k)}/{int(n)} kept, {d:+.2f}" for _, d, k, n, lam in runs)
         checks.append(check("L0 gates reach a sparse head budget with a small BLEU loss", bool(good), shown,
                             f"38 of 48 encoder heads pruned for -0.15 BLEU; need <= "
                             f"{100 * v['l0_max_kept_fraction']:.0f}% kept within -{v['l0_max_drop']} BLEU"))
