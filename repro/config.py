@@ -117,3 +117,14 @@ def load_run_config(config: Mapping) -> dict:
     if unknown_override:
         raise ConfigError(f"config: overrides.{unknown_override[0]}: no such claim or artefact")
     return cfg
+
+
+def resolve_device(name: str, key: str = "device"):
+    """A torch.device from config: "auto" picks CUDA when present; "cuda" without a GPU fails naming ``key``."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{key}: 'cuda' requested but no CUDA device is available")
+    return torch.device(name)

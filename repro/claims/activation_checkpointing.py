@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from repro.config import resolve_device
 from repro.bench.memory import peak_memory
 from repro.bench.records import atomic_write_json, check, metric, verdict_from_checks
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
@@ -33,14 +34,6 @@ CLAIM = "activation_checkpointing"
 log = logging.getLogger("repro.activation_checkpointing")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SECTIONS = {"norms": "norms", "attention": "attention", "ffn": "mlp"}  # module slot -> Korthikanti's term
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("activation_checkpointing.device: 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
 
 
 def build_stack(block: dict, depth: int, policy: str, every: int, dtype: torch.dtype, device, **overrides):
@@ -379,7 +372,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Saved-activation bytes term by term, memory vs depth and sequence length, and time per policy."""
-    device = _device(params["device"])
+    device = resolve_device(params["device"], "activation_checkpointing.device")
     torch.manual_seed(params["seed"])
     log.info("device %s; terms, then memory sweeps, then timing", device)
     rows = measure_terms(params, device)

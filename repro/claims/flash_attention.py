@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from repro.config import resolve_device
 from repro.bench import kernels
 from repro.bench.memory import peak_memory
 from repro.bench.records import check, metric, verdict_from_checks
@@ -39,14 +40,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 TABLE21 = {1024: ("memory_1k_flash", "memory_1k_pytorch"), 4096: ("memory_4k_flash", "memory_4k_pytorch"),
            65536: ("memory_64k_flash", None)}
 PAPER_TABLE21_SHAPE = dict(batch=16, heads=8, head_dim=64)
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("flash_attention.device: 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
 
 
 def _skip_reason(backend: str, device) -> str | None:
@@ -273,7 +266,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Kernel sweep (time, memory vs N), Table 21 memory, Fig 2 shape timing and an end-to-end training step."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    device = _device(params["device"])
+    device = resolve_device(params["device"], "flash_attention.device")
     torch.manual_seed(params["seed"])
     log.info("device %s: kernel sweep, Table 21, Fig 2 shape, end-to-end step", device)
     rows = kernel_sweep(params, device, out)

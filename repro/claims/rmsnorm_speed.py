@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from repro.config import resolve_device
 from repro.bench import kernels
 from repro.bench.records import check, metric, verdict_from_checks
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
@@ -32,14 +33,6 @@ from repro.model import BlockConfig, DecoderLM, ModelConfig
 CLAIM = "rmsnorm_speed"
 log = logging.getLogger("repro.rmsnorm_speed")
 PROVIDER_IMPL = {"torch": "torch", "eager": "manual", "compile": "compile", "triton": "triton"}  # op provider -> name
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("rmsnorm_speed.device: 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
 
 
 # ----------------------------------------------------------------------------------------------- the op
@@ -193,7 +186,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Op-level sweep (kernel benchmark) and whole-model training-step time with LayerNorm / RMSNorm / ScaleNorm."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    device = _device(params["device"])
+    device = resolve_device(params["device"], "rmsnorm_speed.device")
     torch.manual_seed(params["seed"])
     log.info("device %s: op sweep, then the model", device)
     rows = op_level(params, device, out)

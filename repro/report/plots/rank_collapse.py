@@ -8,17 +8,7 @@ import pandas as pd
 import seaborn as sns
 
 
-def _sweep(frame: pd.DataFrame, *keys) -> pd.DataFrame:
-    frame = frame.copy()
-    for k in keys:
-        frame[k] = frame["sweep"].map(lambda s: s.get(k))
-    return frame
-
-
-def _save(fig, out_dir, name):
-    fig.tight_layout()
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
+from . import save as _save, with_sweep as _sweep
 
 
 def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
