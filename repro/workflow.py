@@ -59,4 +59,6 @@ class Run:
 
     def targets(self) -> list[str]:
         extra = [self.compare_dir()] if (self.basedir / "workflows" / "compare_hardware.smk").exists() else []
+        if (self.basedir / "workflows" / "translation.smk").exists():  # the shared model's BLEU benchmark (issue 4)
+            extra.append(self.outputs("translation")["verdict"])
         return self.pages() + [f"{self.rep}/index.md"] + extra
