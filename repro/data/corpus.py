@@ -91,13 +91,17 @@ def parse_direction(direction: str) -> tuple[str, str]:
 
 
 def resolve_corpus_dir(path_or_name: str | Path, data_root: str | Path | None = None) -> Path:
-    """A directory path as given, else ``<data_root>/<name>`` (default: the repo's ``data/``)."""
+    """A directory path as given, else ``<data_root>/<name>`` (default: the repo's ``data/``), else a path relative
+    to the repository root (so configs work when Snakemake runs in another ``--directory``)."""
     p = Path(path_or_name)
     if p.is_dir():
         return p
     cand = Path(data_root or DATA_ROOT) / str(path_or_name)
     if cand.is_dir():
         return cand
+    in_repo = Path(DATA_ROOT).parent / p  # a repo-relative path ("data/gettext_de_en") from another working dir
+    if not p.is_absolute() and in_repo.is_dir():
+        return in_repo
     raise CorpusError(f"corpus {str(path_or_name)!r} not found (neither a directory nor {cand})")
 
 
