@@ -3,6 +3,7 @@ the target list (a pure function of the config). Kept out of the .smk files so t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,9 @@ class Run:
         self.py = sys.executable
         self.scale = self.cfg["scale"]
         self.hw = hardware_id() if self.cfg["hardware"] == "auto" else self.cfg["hardware"]
+        if self.cfg["hardware"] != "auto":
+            # jobs inherit the environment: every results file then names the id its folder is filed under
+            os.environ["REPRO_HARDWARE_ID"] = self.hw
         self.res = f"{self.cfg['results_dir']}/{self.hw}/{self.scale}"
         self.rep = f"{self.cfg['reports_dir']}/{self.hw}/{self.scale}"
         self.logs = f"logs/{self.hw}/{self.scale}"

@@ -57,10 +57,11 @@ def test_tiny_end_to_end(tmp_path):
         verdict = json.loads((res / claim / "verdict.json").read_text())
         assert verdict["verdict"] == "not_applicable"  # tiny never claims a verdict
         fp = json.loads((res / claim / "fingerprint.json").read_text())
-        assert fp["hardware_id"] == "test-hw" or fp["hardware"]["cpu"]
+        assert fp["hardware_id"] == "test-hw" and fp["hardware"]["cpu"]  # the configured id, the detected machine
         assert fp["software"]["torch"] and "commit" in fp["git"] and fp["config_hash"]
         frame = pd.read_csv(res / claim / "metrics.csv")
         assert {"claim", "metric", "unit", "value", "sweep", "published_value", "source"} <= set(frame.columns)
+        assert set(frame["hardware"]) == {"test-hw"} and verdict["hardware"] == "test-hw"
         page = (tmp_path / f"reports/test-hw/tiny/{claim}.md").read_text()
         assert "Verdict" in page and "Measured beside published" in page
         assert list((tmp_path / f"reports/test-hw/tiny/{claim}").glob("*.png"))
