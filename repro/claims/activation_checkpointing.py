@@ -41,7 +41,8 @@ def build_stack(block: dict, depth: int, policy: str, every: int, dtype: torch.d
     cfg = ModelConfig(block=BlockConfig.from_dict({**block, **overrides}, prefix="activation_checkpointing.block."),
                       n_encoder_layers=depth, checkpoint=policy, checkpoint_every=every, vocab_size=8,
                       max_seq_len=8, pad_id=0)
-    stack = EncoderModel(cfg).encoder.layers.to(device=device, dtype=dtype).train()
+    with torch.device(device):  # initialised where it runs: a GPT-3-width stack is slow to build on the host
+        stack = EncoderModel(cfg).encoder.layers.to(dtype=dtype).train()
     for p in stack.parameters():  # gradients exist before measuring, so backward only accumulates into them
         p.grad = torch.zeros_like(p)
     return stack
