@@ -205,6 +205,21 @@ def _rows(sig=2, total=24, up=1, imp_mean=20.0, rnd_mean=(15.0, 14.0), prunable=
     return rows
 
 
+def test_judge_leaves_bleu_checks_undecided_below_the_copy_baseline():
+    from repro.bench.records import metric as m
+
+    params = section("head_pruning", "default")
+    good = _rows() + [m("head_pruning", "bleu_unpruned", 30.0, subset="eval"),
+                      m("head_pruning", "bleu_copy_baseline", 12.0, subset="eval")]
+    assert all(c["passed"] is not None for c in hp.judge(good, params, "default")["checks"])
+    weak = _rows() + [m("head_pruning", "bleu_unpruned", 10.0, subset="eval"),
+                      m("head_pruning", "bleu_copy_baseline", 12.0, subset="eval")]
+    checks = hp.judge(weak, params, "default")["checks"]
+    decided = [c["name"] for c in checks if c["passed"] is not None]
+    assert decided == ["the pruned model's speed-up grows with batch size"], decided
+    assert all("copy baseline" in c["measured"] for c in checks if c["passed"] is None)
+
+
 def test_judge_reproduced_and_each_rule_can_fail():
     from repro.bench.records import metric
 

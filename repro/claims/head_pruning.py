@@ -472,7 +472,10 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     4. some L0 run keeps at most ``l0_max_kept_fraction`` of its gated heads within ``l0_max_drop`` BLEU of both
        the unpruned model and the unpenalised (lambda 0) fine-tune when one ran (Voita: 10 of 48 kept, -0.15);
     5. the speed-up of the pruned model grows with batch size and is positive at the largest batch
-       (Michel Table 4: +1.9% at 1, +17.5% at 16/64)."""
+       (Michel Table 4: +1.9% at 1, +17.5% at 16/64).
+
+    Checks 1-4 rest on BLEU and are left undecided when the unpruned model does not beat the copy baseline on the
+    evaluation subset: a model that has not learnt to translate has no heads to lose quality by."""
     v, checks = params["verdict"], []
     sig = _vals(rows, "significant_heads_fraction", kind="encoder_self") or _vals(rows, "significant_heads_fraction",
                                                                                   kind="all")
@@ -529,6 +532,11 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         checks.append(check("L0 gates reach a sparse head budget with a small BLEU loss", bool(good), shown,
                             f"38 of 48 encoder heads pruned for -0.15 BLEU; need <= "
                             f"{100 * v['l0_max_kept_fraction']:.0f}% kept within -{v['l0_max_drop']} BLEU"))
+    base, copy_bl = _vals(rows, "bleu_unpruned", subset="eval"), _vals(rows, "bleu_copy_baseline", subset="eval")
+    if base and copy_bl and base[0]["value"] <= copy_bl[0]["value"]:
+        why = (f"undecided: the unpruned model's BLEU {base[0]['value']:.2f} does not beat the copy baseline "
+               f"{copy_bl[0]['value']:.2f} on the evaluation subset")
+        checks = [{**c, "passed": None, "measured": f"{c['measured']} ({why})"} for c in checks]
     sp = sorted(_vals(rows, "speedup"), key=lambda r: r["sweep"]["batch"])
     if len(sp) >= 2:
         first, last = sp[0]["value"], sp[-1]["value"]
