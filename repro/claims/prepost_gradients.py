@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from repro.bench.records import atomic_write_json, check, metric, verdict_from_checks
+from repro.config import resolve_device
 from repro.model import BlockConfig, EncoderDecoder, ModelConfig, make_norm
 from repro.model.block import Block
 
@@ -38,14 +39,6 @@ FFN_MATRICES = ("ffn.fc1", "ffn.fc2")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def resolve_device(name: str) -> torch.device:
-    """``cuda`` when asked for and present; otherwise the CPU (with a warning when cuda was asked for)."""
-    if name == "cuda" and not torch.cuda.is_available():
-        log.warning("device: cuda requested but not available; falling back to the CPU")
-        return torch.device("cpu")
-    return torch.device(name)
-
-
 def init_weights(model: nn.Module, scheme: str, d_model: int) -> None:
     """Re-initialise ``model`` in place: "fairseq", "xavier" or "pytorch" (see the module docstring)."""
     if scheme == "pytorch":
@@ -389,7 +382,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Per-layer and final-layer gradient norms at init (real batch), Theorem 1 exponent and Lemma 2 norms."""
     out = Path(out)
-    device = resolve_device(params["device"])
+    device = resolve_device(params["device"], "prepost_gradients.device")
     batches, vocab, pad = real_batches(params["data"], out)
     rows = per_layer_sweep(params, batches, vocab, pad, device)
     rows += layer_slopes(rows, params)

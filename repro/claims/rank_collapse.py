@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repro.bench.records import check, metric, verdict_from_checks
-from repro.claims.prepost_gradients import fit_slope, init_weights, mean_std, resolve_device
+from repro.bench.records import atomic_write_json, check, metric, verdict_from_checks
+from repro.claims.prepost_gradients import fit_slope, init_weights, mean_std
+from repro.config import resolve_device
 from repro.model import BlockConfig, MultiHeadAttention, make_norm
 from repro.model.block import Block
 
@@ -346,8 +348,10 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Residual vs depth for the four stacks, and Q/K vs V gradients with and without residual scaling."""
-    device = resolve_device(params["device"])
+    device = resolve_device(params["device"], "rank_collapse.device")
     dtype = DTYPES[params["dtype"]]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(Path(out) / "setup.json", {"device": str(device), "dtype": params["dtype"], "init": params["init"]})
     rows = residual_curves(params, device, dtype)
     rows += residual_summary(rows, params)
     grads = qkv_gradients(params, device, dtype)
