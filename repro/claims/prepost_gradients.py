@@ -136,14 +136,23 @@ def weight_grad_norms(model: EncoderDecoder, batches, label_smoothing: float, pa
     return out
 
 
-def per_layer_sweep(p: dict, batches, vocab: int, pad: int, device) -> list[dict]:
+def model_grads(p: dict, norm: str, position: str, L: int, seed: int, batches, vocab: int, pad: int, device,
+                cache: dict) -> dict[str, float]:
+    """Weight-gradient norms of one L-L model at init; the depth sweep reuses the per-layer sweep's identical runs."""
+    key = (norm, position, L, seed)
+    if key not in cache:
+        model = build_model(p, norm, position, L, vocab, pad, seed)
+        cache[key] = weight_grad_norms(model, batches, p["label_smoothing"], pad, device)
+    return cache[key]
+
+
+def per_layer_sweep(p: dict, batches, vocab: int, pad: int, device, cache: dict | None = None) -> list[dict]:
     """Fig 3(a,b): every weight matrix's gradient norm per layer, each norm kind x position x seed."""
-    rows, L = [], p["per_layer_depth"]
+    rows, L, cache = [], p["per_layer_depth"], {} if cache is None else cache
     for norm in p["norms"]:
         for position in ("post", "pre"):
             for seed in p["seeds"]:
-                model = build_model(p, norm, position, L, vocab, pad, seed)
-                g = weight_grad_norms(model, batches, p["label_smoothing"], pad, device)
+                g = model_grads(p, norm, position, L, seed, batches, vocab, pad, device, cache)
                 for key, val in g.items():
                     stack, layer, matrix = key.split(".", 2)
                     rows.append(metric(CLAIM, "weight_grad_norm", val, "frobenius", norm=norm, position=position,
@@ -174,16 +183,15 @@ def layer_slopes(rows: list[dict], p: dict) -> list[dict]:
     return out
 
 
-def depth_sweep(p: dict, batches, vocab: int, pad: int, device) -> list[dict]:
+def depth_sweep(p: dict, batches, vocab: int, pad: int, device, cache: dict | None = None) -> list[dict]:
     """Fig 3(c,d): gradient norm of W^2 in the final decoder FFN for L-L models."""
-    rows = []
+    rows, cache = [], {} if cache is None else cache
     for norm in p["depth_norms"]:
         for L in p["depths"]:
             for position in ("post", "pre"):
                 vals = []
                 for seed in p["seeds"]:
-                    model = build_model(p, norm, position, L, vocab, pad, seed)
-                    g = weight_grad_norms(model, batches, p["label_smoothing"], pad, device)
+                    g = model_grads(p, norm, position, L, seed, batches, vocab, pad, device, cache)
                     vals.append(g[f"decoder.{L}.ffn.fc2"])
                     rows.append(metric(CLAIM, "final_w2_grad_norm", vals[-1], "frobenius", norm=norm,
                                        position=position, depth=L, seed=seed, init=p["init"]))
@@ -384,9 +392,10 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     out = Path(out)
     device = resolve_device(params["device"], "prepost_gradients.device")
     batches, vocab, pad = real_batches(params["data"], out)
-    rows = per_layer_sweep(params, batches, vocab, pad, device)
+    cache: dict = {}  # (norm, position, depth, seed) -> gradient norms, shared by the two sweeps
+    rows = per_layer_sweep(params, batches, vocab, pad, device, cache)
     rows += layer_slopes(rows, params)
-    rows += depth_sweep(params, batches, vocab, pad, device)
+    rows += depth_sweep(params, batches, vocab, pad, device, cache)
     rows += theorem1(params, device)
     rows += lemma2(params, device)
     atomic_write_json(out / "setup.json", {"device": str(device), "init": params["init"], "vocab": vocab,
