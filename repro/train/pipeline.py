@@ -100,9 +100,11 @@ def build_model(model_params: Mapping, vocab_size: int, pad_id: int, kind: str =
 
 @torch.no_grad()
 def init_weights(model) -> None:
-    """fairseq's transformer initialisation (Ott et al. 2019), which the papers' models were trained with:
+    """fairseq-style transformer initialisation (Ott et al. 2019), which the papers' models were trained with:
     token embeddings N(0, d^-1/2) with a zero pad row (so tied output logits start O(1) with the sqrt(d)
-    embedding scale), linear weights Xavier-uniform with zero biases; norms keep their (1, 0) init."""
+    embedding scale), linear weights Xavier-uniform with zero biases; norms keep their (1, 0) init.
+    One difference from fairseq: q/k/v projections use Xavier gain 1 here, where fairseq's MultiheadAttention uses
+    1/sqrt(2) (repro.claims.prepost_gradients.init_weights has both); the reference results were trained this way."""
     from torch import nn
 
     for m in model.modules():
