@@ -27,7 +27,18 @@ def test_dry_run_reproduce_all_default(tmp_path):
     out = r.stdout + r.stderr
     for claim in ("param_accounting", "block_numerics"):
         assert claim in out
-    assert "index" in out
+    assert "index" in out and "translation_evaluate" in out  # the whole suite includes the BLEU benchmark
+
+
+def test_narrowed_run_skips_the_translation_benchmark(tmp_path):
+    """A run narrowed to claims that do not use the translation task does not train or import a translation model."""
+    r = smk("reproduce_all", "-n", "--directory", str(tmp_path), "--cores", "2", "--config", "scale=paper",
+            "claims=[prepost_gradients, rank_collapse]")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rules = {l.split()[1].rstrip(":") for l in r.stdout.splitlines() if l.startswith("rule ")}
+    assert {"prepost_gradients", "rank_collapse", "index"} <= rules and not {"translation_train", "lm_train"} & rules
+    r = smk("reproduce_all", "-n", "--directory", str(tmp_path), "--cores", "2", "--config", "claims=[head_pruning]")
+    assert r.returncode == 0 and "translation_evaluate" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("config, message", [
