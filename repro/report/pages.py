@@ -93,7 +93,10 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
 
 
 def index_page(results_root: str | Path, reports_root: str | Path, hardware: str, scale: str, out: str | Path) -> Path:
-    """Every registered claim with its verdict on this hardware and scale (unbuilt claims: not_implemented)."""
+    """Every registered claim with its verdict on this hardware and scale; a claim without results shows
+    ``not run`` when it has a workflow (workflows/<id>.smk) and ``not_implemented`` when it has none."""
+    from repro.config import ROOT
+
     res = Path(results_root) / hardware / scale
     rows = []
     for claim in registry.claim_ids():
@@ -101,14 +104,17 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
         vpath = res / claim / "verdict.json"
         if vpath.exists():
             v = json.loads(vpath.read_text())
-            page = Path(reports_root) / hardware / scale / f"{claim}.md"
-            link = f"[{claim}]({claim}.md)" if page.exists() or True else claim
             reason = v["reason"].replace("|", "/").replace("\n", " ")
-            rows.append({"id": info["code"], "claim": link, "title": info["title"], "verdict": f"**{v['verdict']}**",
-                         "reason": reason[:400] + ("..." if len(reason) > 400 else ""), "measured": v.get("timestamp", "")})
+            rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
+                         "verdict": f"**{v['verdict']}**", "reason": reason[:400] + ("..." if len(reason) > 400 else ""),
+                         "measured": v.get("timestamp", "")})
+        elif (ROOT / "workflows" / f"{claim}.smk").exists():
+            rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not run",
+                         "reason": f"no results for this hardware and scale yet: snakemake claim_{claim} "
+                                   f"--config scale={scale}", "measured": ""})
         else:
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not_implemented",
-                         "reason": "no results for this hardware and scale (no workflow yet, or not run)", "measured": ""})
+                         "reason": "no workflow yet", "measured": ""})
     frame = pd.DataFrame(rows)
     counts = frame["verdict"].str.strip("*").value_counts().to_dict()
     lines = [f"# Reproduction index: hardware `{hardware}`, scale `{scale}`", "",
