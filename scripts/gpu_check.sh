@@ -17,6 +17,11 @@ OUT="${1:-results/_gpu_check}"
 PY="${PYTHON:-python}"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}."
 mkdir -p "$OUT"
+# wheels carried from the submit machine (scripts/gpu_wheels.sh): installed into a scratch site, first on the path
+if compgen -G ".whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/repro_site \
+        .whl/*.whl && export PYTHONPATH="/tmp/repro_site:$PYTHONPATH" || { echo "wheel install failed"; exit 1; }
+fi
 status=0
 
 echo "== [1/3] device fingerprint"

@@ -2,7 +2,7 @@
 # Prepared paper-scale run of the speed and memory claims (issue 6) on a GPU node, without Snakemake.
 #
 #   PYTHONPATH=. bash scripts/gpu_paper.sh [CLAIM ...]      # default: flash_attention activation_checkpointing rmsnorm_speed
-#   GPU_PAPER_TIMEOUT=240 ...                               # seconds per claim (default 240)
+#   GPU_PAPER_TIMEOUT=300 ...                               # seconds per claim (default 300)
 #
 # Each claim runs exactly as its Snakemake rule would at scale=paper (python -m repro.claims.<id> --scale paper,
 # parameters from config/claims/<id>.yaml), writing results/<hardware-id>/paper/<id>/ (metrics.csv, verdict.json,
@@ -10,12 +10,18 @@
 # under reports/<hardware-id>/paper/. A claim that times out writes nothing (results are written at the end), and
 # the next one still runs. Needs torch + triton + pandas + seaborn; no snakemake. Back on a machine with the suite
 # installed, `snakemake compare_hardware --config scale=paper` puts these results beside the paper and every other
-# hardware. Exit status: non-zero if a claim failed or timed out.
+# hardware. The node's image lacks jsonschema: run `bash scripts/gpu_wheels.sh` here first and carry .whl/.
+# Exit status: non-zero if a claim failed or timed out.
 set -uo pipefail
 
 PY="${PYTHON:-python}"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}."
-TIMEOUT="${GPU_PAPER_TIMEOUT:-240}"
+TIMEOUT="${GPU_PAPER_TIMEOUT:-300}"
+# wheels carried from the submit machine (scripts/gpu_wheels.sh): installed into a scratch site, first on the path
+if compgen -G ".whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/repro_site \
+        .whl/*.whl && export PYTHONPATH="/tmp/repro_site:$PYTHONPATH" || { echo "wheel install failed"; exit 1; }
+fi
 CLAIMS=("$@")
 [ "${#CLAIMS[@]}" -eq 0 ] && CLAIMS=(flash_attention activation_checkpointing rmsnorm_speed)
 
