@@ -15,13 +15,8 @@ set -uo pipefail
 
 OUT="${1:-results/_gpu_check}"
 PY="${PYTHON:-python}"
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}."
+source "$(dirname "$0")/_gpu_env.sh"
 mkdir -p "$OUT"
-# wheels carried from the submit machine (scripts/gpu_wheels.sh): installed into a scratch site, first on the path
-if compgen -G ".whl/*.whl" > /dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/repro_site \
-        .whl/*.whl && export PYTHONPATH="/tmp/repro_site:$PYTHONPATH" || { echo "wheel install failed"; exit 1; }
-fi
 status=0
 
 echo "== [1/3] device fingerprint"

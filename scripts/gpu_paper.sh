@@ -15,13 +15,8 @@
 set -uo pipefail
 
 PY="${PYTHON:-python}"
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}."
+source "$(dirname "$0")/_gpu_env.sh"
 TIMEOUT="${GPU_PAPER_TIMEOUT:-300}"
-# wheels carried from the submit machine (scripts/gpu_wheels.sh): installed into a scratch site, first on the path
-if compgen -G ".whl/*.whl" > /dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/repro_site \
-        .whl/*.whl && export PYTHONPATH="/tmp/repro_site:$PYTHONPATH" || { echo "wheel install failed"; exit 1; }
-fi
 CLAIMS=("$@")
 [ "${#CLAIMS[@]}" -eq 0 ] && CLAIMS=(flash_attention activation_checkpointing rmsnorm_speed)
 

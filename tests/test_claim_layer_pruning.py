@@ -194,26 +194,14 @@ def test_judge_flips():
 
 def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
     """Paper scale: import a (synthetic, Post-LN IWSLT-shaped) fairseq checkpoint and its data-bin, then prune."""
-    import test_fairseq_import as tfi  # tests/ is on sys.path under pytest's default import mode
-
-    from repro.data.fairseq_io import read_fairseq_dictionary, write_indexed_dataset
+    from test_paper_path import write_fixture  # tests/ is on sys.path under pytest's default import mode
 
     torch.set_num_threads(1)
-    rng = torch.Generator().manual_seed(0)
-    n_enc, n_dec, vocab = 3, 2, 30
-    w = tfi._fairseq_state(rng, n_enc, n_dec, vocab, vocab, share_all=True)
-    ck = tfi._write(tmp_path, w, tfi._args(n_enc, n_dec, True, False, False), vocab, vocab)
-    src_d, tgt_d = read_fairseq_dictionary(tmp_path / "dict.de.txt"), read_fairseq_dictionary(tmp_path / "dict.en.txt")
-    g = torch.Generator().manual_seed(1)
-    for split, n in (("train", 24), ("valid", 8), ("test", 6)):
-        for lang, d in (("de", src_d), ("en", tgt_d)):
-            seqs = [torch.cat([torch.randint(4, len(d), (int(torch.randint(3, 9, (1,), generator=g)),), generator=g),
-                               torch.tensor([d.eos_index])]).numpy() for _ in range(n)]
-            write_indexed_dataset(tmp_path / f"{split}.de-en.{lang}", seqs, vocab_size=len(d))
+    ck, data_bin = write_fixture(tmp_path)  # 3+2 layers, shared 30-symbol dictionary, train/valid/test de-en
     params = config.section(C, "paper")
     with pytest.raises(lp.LayerPruningError, match="layer_pruning.data_path"):
         lp.resolve_models({**params, "fairseq_checkpoint": str(ck)}, tmp_path / "layer_pruning")
-    params.update(device="cpu", fairseq_checkpoint=str(ck), data_path=str(tmp_path), stacks=["encoder", "decoder"],
+    params.update(device="cpu", fairseq_checkpoint=str(ck), data_path=str(data_bin), stacks=["encoder", "decoder"],
                   random_seeds=[0])
     params["calibration"].update(sentences=8, max_tokens=256)
     params["eval"].update(test_sentences=4, valid_sentences=8, decoder="greedy", max_tokens=256)

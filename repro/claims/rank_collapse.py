@@ -350,7 +350,6 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Residual vs depth for the four stacks, and Q/K vs V gradients with and without residual scaling."""
     device = resolve_device(params["device"], "rank_collapse.device")
     dtype = DTYPES[params["dtype"]]
-    Path(out).mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(out) / "setup.json", {"device": str(device), "dtype": params["dtype"], "init": params["init"]})
     rows = residual_curves(params, device, dtype)
     rows += residual_summary(rows, params)
