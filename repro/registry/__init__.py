@@ -140,6 +140,10 @@ def validate(data: Any) -> None:
         for s in c.get("sources", []) or []:
             if s not in sources:
                 raise RegistryError(f"claim {cid!r}: 'sources' lists unknown source {s!r}")
+        ps = c.get("paper_setup")
+        if ps is not None and (not isinstance(ps, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                                    and v.strip() for k, v in ps.items())):
+            raise RegistryError(f"claim {cid!r}: 'paper_setup' must map aspects to non-empty strings")
         values = c["values"]
         if not isinstance(values, list) or not values:
             raise RegistryError(f"claim {cid!r}: 'values' must be a non-empty list")

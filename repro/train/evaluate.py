@@ -95,12 +95,12 @@ def judge(rows: list[dict], params: dict, scale: str, summary: dict) -> dict:
     checks = [
         check("test BLEU reaches the target", test_bleu >= target,
               f"{test_bleu:.2f} after {summary['train_minutes']:.1f} min ({summary['steps']} updates)",
-              f">= {target}"),
+              f">= {target}", headline=True),
         check("model size as required", summary["encoder_layers"] >= 6 and summary["heads"] >= 4,
               f"{summary['encoder_layers']} encoder layers, {summary['heads']} heads", ">= 6 layers, >= 4 heads"),
         check("beats the copy baseline", test_bleu > copy, f"{test_bleu:.2f} vs copy {copy:.2f}", "model > copy"),
     ]
-    return verdict_from_checks(CLAIM, checks, scale, partial_ok=True)
+    return verdict_from_checks(CLAIM, checks, scale)
 
 
 def main(argv=None) -> int:
