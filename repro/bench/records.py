@@ -99,6 +99,30 @@ def gated(c: dict, gates: list[dict]) -> dict:
     return {**c, "passed": None, "undecided_because": because}
 
 
+# two-sided 95% Student-t quantiles t_{0.975, df} (df = 1..30; the normal 1.96 beyond). A table, not scipy: the
+# GPU node image the speed claims run on has no scipy, and these are the standard printed values.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_interval(mean: float, std: float | None, n: int | None) -> tuple[float, float]:
+    """95% confidence interval of a mean over ``n`` seeds with sample std ``std`` (Student t). With one seed (or no
+    spread recorded) the interval is infinitely wide: a single run cannot decide a threshold."""
+    n = int(n or 1)
+    if n < 2 or std is None or not math.isfinite(std):
+        return -math.inf, math.inf
+    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+    half = t * std / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def both(*decisions: bool | None) -> bool | None:
+    """Three-valued AND: False if any is False, None if any is undecided, else True."""
+    if any(d is False for d in decisions):
+        return False
+    return None if any(d is None for d in decisions) else True
+
+
 def decide_interval(lo: float, hi: float, *, above: float | None = None, below: float | None = None) -> bool | None:
     """Decide "value > above" / "value < below" from an interval [lo, hi]: True when the whole interval is on the
     claimed side, False when the whole interval is on the other side, None (undecided) when it straddles."""

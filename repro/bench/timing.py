@@ -8,11 +8,41 @@ repetitions so no variant profits from the previous one's cache.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from typing import Callable, Mapping
 
 import torch
+
+
+_LOAD: list[float] = []  # 1-minute load averages sampled at the start and end of every interleaved timing
+
+
+def sample_load() -> None:
+    """Record the machine's 1-minute load average (part of the results: timing checks on a busy machine are
+    reported as such, and an undecided one names the load)."""
+    if hasattr(os, "getloadavg"):
+        _LOAD.append(os.getloadavg()[0])
+
+
+def load_summary() -> dict:
+    """The load seen during this process's timings: samples, max 1-minute load average, the cores, torch's threads,
+    and ``busy`` = other work kept at least half a core runnable beside this process's own threads."""
+    cpus, threads = os.cpu_count() or 1, torch.get_num_threads()
+    if not _LOAD:
+        return {"samples": 0, "cpus": cpus, "threads": threads, "busy": None}
+    top = max(_LOAD)
+    return {"samples": len(_LOAD), "loadavg_1m_max": round(top, 2), "loadavg_1m_min": round(min(_LOAD), 2),
+            "cpus": cpus, "threads": threads, "busy": bool(top > threads + 0.5)}
+
+
+def load_note(load: dict) -> str:
+    """A short phrase for reasons: "" on an idle machine."""
+    if not load.get("busy"):
+        return ""
+    return (f"the machine was busy while timing (1-min load average up to {load['loadavg_1m_max']} on "
+            f"{load['cpus']} cores with {load['threads']} thread(s) of our own)")
 
 
 def _sync(device) -> None:
@@ -50,6 +80,7 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], *, reps: int = 10,
     ``min_time`` keeps adding rounds (beyond ``reps``) until the total measured time exceeds it. With ``label``,
     every round is logged (progress for long timings).
     """
+    sample_load()
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -63,6 +94,7 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], *, reps: int = 10,
         if label:
             logging.getLogger("repro.timing").info(
                 "%s: round %d (%s)", label, rounds, ", ".join(f"{k} {1e3 * v[-1]:.1f} ms" for k, v in samples.items()))
+    sample_load()
     return samples
 
 

@@ -26,10 +26,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from repro.config import resolve_device
-from repro.bench import kernels
+from repro import registry
+from repro.bench import kernels, timing
 from repro.bench.memory import peak_memory
-from repro.bench.records import check, metric, verdict_from_checks
+from repro.bench.records import check, decide_interval, metric, setup_table, verdict_from_checks
+from repro.config import resolve_device
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model import BlockConfig, DecoderLM, ModelConfig
 from repro.model.attention import attention_core
@@ -224,8 +225,14 @@ def end_to_end(p: dict, device) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------------------------- verdict
-def judge(rows: list[dict], params: dict, scale: str) -> dict:
-    tol, checks = params["tolerance"], []
+def judge(rows: list[dict], params: dict, scale: str, device: str | None = None, load: dict | None = None) -> dict:
+    """HEADLINE: the fused kernels' peak memory is linear in N (exponent in ``tolerance.linear_exponent``), where
+    standard attention's is quadratic: an algorithmic property, measured exactly on any device.
+    Secondary: Table 21's memory ratio grows with N; speed. Speed-ups are judged against the paper's figure times
+    ``tolerance.speed_fraction_of_paper`` with the IQR interval of the paired ratios (GPT-2-medium attention
+    fwd+bwd: 41.7 -> 7.3 ms; end-to-end: GPT-2 medium 3.0x) -- on a GPU only: on a CPU the ratio is a stand-in for
+    an IO-aware GPU kernel (SRAM tiling vs HBM traffic) and is reported, undecided."""
+    tol, checks, load = params["tolerance"], [], load or {}
     exps = {}
     for r in rows:
         if r["metric"] == "memory_exponent_in_n" and r["sweep"]["pass"] == "fwd_bwd":
@@ -239,7 +246,8 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         if exps.get(fused):
             checks.append(check(f"{fused}: peak memory linear in N", all(lo <= e <= hi for e in exps[fused]),
                                 ", ".join(f"{e:.2f}" for e in exps[fused]),
-                                f"about 1 ({lo}..{hi}; Dao et al.: memory linear in N)"))
+                                f"about 1 ({lo}..{hi}; Dao et al.: memory linear in N)", headline=True,
+                                interval="every pass (causal and not) inside the band"))
     ratios = [r for r in rows if r["metric"] == "table21_memory_ratio_math_over_fused"]
     for fused in ("sdpa", "triton"):
         rs = sorted(((r["sweep"]["seq_len"], r["value"]) for r in ratios if r["sweep"]["backend"] == fused))
@@ -248,18 +256,40 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             checks.append(check(f"Table 21: {fused} uses less memory than standard attention, more so as N grows",
                                 rs[0][1] > 1 and grows, ", ".join(f"N={n}: {v:.1f}x" for n, v in rs),
                                 "1K 5.7x (1184 vs 209 MB), 4K 20.4x (17024 vs 836 MB)"))
+    device = device or str(params.get("device"))
+    on_gpu = device.startswith("cuda")
+    frac = tol["speed_fraction_of_paper"]
+    busy = timing.load_note(load)
+    kt = registry.published(CLAIM, "kernel_time")["value"]
+    paper_speed = {"fig2_speedup_over_math": (kt[0] / kt[1], f"{kt[0]} -> {kt[1]} ms ({kt[0] / kt[1]:.1f}x) on A100"),
+                   "train_step_speedup_over_math": (registry.published(CLAIM, "gpt2_medium_speedup_vs_hf")["value"],
+                                                    "GPT-2 medium 3.0x over HuggingFace (whole system)")}
+    names = {"fig2_speedup_over_math": "GPT-2-medium attention fwd+bwd: {} faster than standard",
+             "train_step_speedup_over_math": "end-to-end training step: {} faster than standard attention"}
     for r in rows:
-        if r["metric"] == "train_step_speedup_over_math" and r["value"] is not None:
+        if r["metric"] in paper_speed and r["value"] is not None:
             med, iqr = r["value"], r["spread"] or 0.0
-            checks.append(check(f"end-to-end training step: {r['sweep']['backend']} faster than standard attention",
-                                med - iqr / 2 >= 1 + tol["speedup_margin"], f"{med:.2f}x (IQR {iqr:.2f})",
-                                "faster (GPT-2 small 3.5x vs HuggingFace, whole-system comparison)"))
-        if r["metric"] == "fig2_speedup_over_math" and r["value"] is not None:
-            med, iqr = r["value"], r["spread"] or 0.0
-            checks.append(check(f"GPT-2-medium attention fwd+bwd: {r['sweep']['backend']} faster than standard",
-                                med - iqr / 2 >= 1 + tol["speedup_margin"], f"{med:.2f}x (IQR {iqr:.2f})",
-                                "41.7 -> 7.3 ms (5.7x) on A100"))
-    return verdict_from_checks(CLAIM, checks, scale)
+            target, text = paper_speed[r["metric"]]
+            need = frac * target
+            passed = decide_interval(med - iqr / 2, med + iqr / 2, above=need) if on_gpu else None
+            why = ("CPU stand-in: the paper's speed-up comes from a GPU kernel's IO (SRAM tiling vs HBM traffic); "
+                   "a CPU ratio does not test it" if not on_gpu else
+                   "the IQR interval straddles the threshold" + (f"; {busy}" if busy else ""))
+            checks.append(check(names[r["metric"]].format(r["sweep"]["backend"]), passed,
+                                f"{med:.2f}x (IQR {iqr:.2f})", f">= {need:.2f}x = {frac:g} x the paper's {text}",
+                                interval="median +- IQR/2 of paired per-round ratios", undecided_because=why))
+    return verdict_from_checks(CLAIM, checks, scale, setup=setup_table(CLAIM, this_setup(params, device)), load=load)
+
+
+def this_setup(params: dict, device: str) -> dict:
+    """This run's side of the "Setup beside the paper" table."""
+    sw, e2e = params["sweep"], params.get("model", {})
+    return {"kernel": f"PyTorch {torch.__version__} SDPA (and the suite's Triton kernel where it runs) vs materialised "
+                      "attention (repro.model math backend)",
+            "shapes": f"sweep: N {sw['seq_lens']}, head dim {sw['head_dims']}, {sw['heads']} heads, batch {sw['batch']}; "
+                      f"end-to-end: {', '.join(f'{k} {v}' for k, v in e2e.items() if not isinstance(v, (dict, list)))}",
+            "hardware": f"device {device}",
+            "precision": ", ".join(str(x) for x in sw.get("dtypes", ["float32"]))}
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
@@ -273,7 +303,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     rows += table21(params, device)
     rows += fig2(params, device)
     rows += end_to_end(params, device)
-    return rows, judge(rows, params, scale)
+    return rows, judge(rows, params, scale, str(device), timing.load_summary())
 
 
 if __name__ == "__main__":

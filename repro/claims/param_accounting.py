@@ -13,7 +13,7 @@ import logging
 import torch
 
 from repro import registry
-from repro.bench.records import check, metric, verdict_from_checks
+from repro.bench.records import check, metric, setup_table, verdict_from_checks
 from repro.model import DecoderLM, EncoderDecoder, EncoderModel, ModelConfig, count_by_slot, active_parameters
 from repro.model.ffn import swiglu_hidden
 
@@ -82,8 +82,14 @@ def judge(rows: list[dict], scale: str, rel_tol: float, notes: dict | None = Non
         model = r["sweep"]["model"]
         measured = _num(m) if exact else f"{_num(m)} ({(m - p) / p:+.2%} vs published)"
         why = "" if exact or abs(m - p) < 1e-9 else f"; {notes.get(model) or 'the paper rounds'}"
-        checks.append(check(f"{model}.{r['metric']}", ok, measured, f"{_num(p)} ({tol}{why}; {pub['citation']})"))
-    return verdict_from_checks(CLAIM, checks, scale)
+        checks.append(check(f"{model}.{r['metric']}", ok, measured, f"{_num(p)} ({tol}{why}; {pub['citation']})",
+                            headline=exact))
+    setup = setup_table(CLAIM, {
+        "models": ", ".join(sorted({r["sweep"]["model"] for r in rows})) + " (the suite's own model classes)",
+        "method": "exact count of the suite's modules built on the meta device; exact published figures must match "
+                  f"exactly (headline), rounded ones within {rel_tol:.0%} (secondary)",
+        "hardware": "none (meta device, no memory)"})
+    return verdict_from_checks(CLAIM, checks, scale, setup=setup)
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from repro.config import resolve_device
 from repro.bench import kernels
-from repro.bench.records import check, metric, verdict_from_checks
+from repro.bench import timing
+from repro.bench.records import check, decide_interval, metric, setup_table, verdict_from_checks
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model import BlockConfig, DecoderLM, ModelConfig
 
@@ -137,9 +138,20 @@ def model_level(p: dict, device) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------------------------- verdict
-def judge(rows: list[dict], params: dict, scale: str) -> dict:
-    """One check per implementation and level: RMSNorm faster than LayerNorm (ratio below 1 beyond the margin)."""
-    margin = params["ratio_margin"]
+def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) -> dict:
+    """One check per implementation and level: RMSNorm faster than LayerNorm (ratio below ``1 - ratio_margin``).
+
+    Decided by the spread, not the median alone: a model-step ratio holds when its whole inter-quartile interval
+    (median +- IQR/2 of the paired per-round ratios) is below the threshold, fails when the interval is above it,
+    and is undecided when it straddles it (then the reason names the machine's load when it was busy). The op-level
+    check uses the range of medians over sizes and dtypes the same way (min..max vs the threshold).
+    HEADLINE: the whole-model training step with the torch implementation (the paper's measure: running time of a
+    model; torch is what users run); op-level and the other implementations are secondary, each with its own
+    per-implementation verdict.
+    """
+    margin, load = params["ratio_margin"], load or {}
+    busy = timing.load_note(load)
+    spread_why = "the spread straddles the threshold" + (f"; {busy}" if busy else "")
     checks, per_impl = [], {}
     op = {}
     for r in rows:
@@ -147,29 +159,38 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             op.setdefault(r["sweep"]["provider"], []).append(r["value"])
     for provider, ratios in op.items():
         med = statistics.median(ratios)
-        c = check(f"op fwd+bwd, {provider}: RMSNorm faster than LayerNorm", med <= 1 - margin,
-                  f"median rms/ln time ratio {med:.3f} over {len(ratios)} sizes x dtypes (range {min(ratios):.2f}-"
-                  f"{max(ratios):.2f}); reduction {100 * (1 - med):.1f}%",
-                  f"ratio <= {1 - margin:.2f}; paper: 7%~64% reduction")
+        lo, hi = statistics.quantiles(ratios, n=4)[0::2] if len(ratios) >= 2 else (med, med)
+        c = check(f"op fwd+bwd, {provider}: RMSNorm faster than LayerNorm", decide_interval(lo, hi, below=1 - margin),
+                  f"median rms/ln time ratio {med:.3f} over {len(ratios)} sizes x dtypes (quartiles {lo:.2f}-"
+                  f"{hi:.2f}, range {min(ratios):.2f}-{max(ratios):.2f}); reduction {100 * (1 - med):.1f}%",
+                  f"ratio <= {1 - margin:.2f}; paper: 7%~64% reduction", interval="quartiles over sizes x dtypes",
+                  undecided_because="sizes and dtypes disagree (the quartiles straddle the threshold)")
         checks.append(c)
         per_impl.setdefault(PROVIDER_IMPL.get(provider, provider), []).append(c)
     for r in rows:
         if r["metric"] == "step_time_ratio_rms_over_ln" and r["value"] is not None:
             impl, med, iqr = r["sweep"]["impl"], r["value"], r["spread"] or 0.0
             c = check(f"model training step, norm_impl={impl}: RMSNorm faster than LayerNorm",
-                      med + iqr / 2 <= 1 - margin,
+                      decide_interval(med - iqr / 2, med + iqr / 2, below=1 - margin),
                       f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}%",
-                      f"ratio + IQR/2 <= {1 - margin:.2f}; paper: Transformer 6.9% (248 -> 231 s/1k steps, V100)")
+                      f"ratio <= {1 - margin:.2f}; paper: Transformer 6.9% (248 -> 231 s/1k steps, V100)",
+                      headline=impl == "torch", interval="median +- IQR/2 of paired per-round ratios",
+                      undecided_because=spread_why)
             checks.append(c)
             per_impl.setdefault(impl, []).append(c)
         if r["metric"] == "step_time_ratio_scale_over_ln" and r["value"] is not None:
             med, iqr = r["value"], r["spread"] or 0.0
-            checks.append(check("model training step: ScaleNorm not slower than LayerNorm", med - iqr / 2 <= 1.0,
+            checks.append(check("model training step: ScaleNorm not slower than LayerNorm",
+                                decide_interval(med - iqr / 2, med + iqr / 2, below=1.0),
                                 f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}%",
-                                "ratio - IQR/2 <= 1; Nguyen & Salazar: 'around 5% faster'"))
-    v = verdict_from_checks(CLAIM, checks, scale)
+                                "ratio < 1; Nguyen & Salazar: 'around 5% faster'",
+                                interval="median +- IQR/2 of paired per-round ratios", undecided_because=spread_why))
+    extra = dict(setup=setup_table(CLAIM, this_setup(params)), load=load)
+    v = verdict_from_checks(CLAIM, checks, scale, **extra)
     v["per_implementation"] = {}
     for impl, cs in per_impl.items():
+        has_step = any("model training step" in c["name"] for c in cs)
+        cs = [{**c, "headline": "model training step" in c["name"] or not has_step} for c in cs]
         sub = verdict_from_checks(CLAIM, cs, scale)
         v["per_implementation"][impl] = {"verdict": sub["verdict"], "reason": sub["reason"]}
     skipped = sorted({r["sweep"]["provider"] for r in rows if r["metric"] == "op_time" and r["value"] is None}
@@ -182,6 +203,20 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     return v
 
 
+def this_setup(params: dict) -> dict:
+    """This run's side of the "Setup beside the paper" table."""
+    m = params.get("model", {})
+    return {
+        "implementations": "PyTorch " + torch.__version__ + ": F.rms_norm/F.layer_norm, the hand-written formula, "
+                           "torch.compile of it, the suite's Triton kernels (GPU only)",
+        "models": f"the shared DecoderLM, {m.get('layers')} layers, d {m.get('d_model')}, seq {m.get('seq_len')}, "
+                  f"batch {m.get('batch')}; the op alone at hidden {params['op_sweep']['hidden']}",
+        "measure": "median of paired per-round ratios, variants interleaved in one process (op: sizes x dtypes)",
+        "hardware": f"device {params.get('device')} (this machine's fingerprint below)",
+        "precision": f"op: {', '.join(params['op_sweep']['dtypes'])}; model: {m.get('dtype')}",
+    }
+
+
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Op-level sweep (kernel benchmark) and whole-model training-step time with LayerNorm / RMSNorm / ScaleNorm."""
     out = Path(out)
@@ -191,7 +226,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     log.info("device %s: op sweep, then the model", device)
     rows = op_level(params, device, out)
     rows += model_level(params, device)
-    v = judge(rows, params, scale)
+    v = judge(rows, params, scale, timing.load_summary())
     for impl, sub in v["per_implementation"].items():
         log.info("verdict for %s: %s", impl, sub["verdict"])
     return rows, v
