@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro.bench.records import check, metric, verdict_from_checks
+from repro.bench.records import check, gate, gated, metric, setup_table, verdict_from_checks
 from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
                                  head_importance, pruned_copy, pruning_levels, set_pruned)
 
@@ -474,8 +474,13 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     5. the speed-up of the pruned model grows with batch size and is positive at the largest batch
        (Michel Table 4: +1.9% at 1, +17.5% at 16/64).
 
-    Checks 1-4 rest on BLEU and are left undecided when the unpruned model does not beat the copy baseline on the
-    evaluation subset: a model that has not learnt to translate has no heads to lose quality by."""
+    HEADLINE: 3 (Michel Fig. 3) and 4 (Voita): "most heads can be removed". 1, 2 and 5 are secondary.
+    Gate: checks 1-4 rest on BLEU and are undecided unless the unpruned model beats the copy baseline on the
+    evaluation subset by at least ``min_bleu_over_copy`` (a model that has not learnt to translate has no heads to
+    lose quality by). Check 1 is also undecided when the test detected no head at all (too little power on this
+    evaluation subset: "a minority matter" would then hold by construction). Check 5 is decided on a GPU only:
+    Michel measured GPU throughput, where batch 1 is launch-bound (+1.9%); a CPU's speed-up follows the FLOPs at
+    every batch size, so a CPU ratio is a stand-in."""
     v, checks = params["verdict"], []
     sig = _vals(rows, "significant_heads_fraction", kind="encoder_self") or _vals(rows, "significant_heads_fraction",
                                                                                   kind="all")
@@ -483,11 +488,14 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         r = sig[0]
         cnt = _vals(rows, "significant_heads", kind=r["sweep"]["kind"])[0]["value"]
         up = _vals(rows, "significant_heads_raising_bleu", kind=r["sweep"]["kind"])[0]["value"]
+        detected = sum(x["value"] for x in _vals(rows, "significant_heads"))
         checks.append(check(f"a minority of {r['sweep']['kind']} heads matter when ablated alone",
-                            r["value"] < v["minority_fraction"],
+                            r["value"] < v["minority_fraction"] if detected > 0 else None,
                             f"{int(cnt)} of {int(r['n'])} ({100 * r['value']:.0f}%) significant at p<{params['significance']}"
                             f", {int(up)} raise BLEU",
-                            f"8 of 96 (8%), half raising BLEU; < {100 * v['minority_fraction']:.0f}%"))
+                            f"8 of 96 (8%), half raising BLEU; < {100 * v['minority_fraction']:.0f}%",
+                            undecided_because=f"the significance test detected no head of any kind on "
+                                              f"{params['eval_sentences']} sentences (too little power)"))
     judged = v["judged_order"]
     other = {"importance": "importance_raw", "importance_raw": "importance"}[judged]
     names = {"importance": "Michel's l2-per-layer importance", "importance_raw": "unnormalised importance"}
@@ -519,7 +527,8 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                             f"{pf[0]['value']:.0f}% prunable (p>={params['significance']} or no loss)"
                             + (f"; steepest drop after {sd[0]['value']:.0f}%" if sd else "")
                             + (f" ({names[other]}, not judged: {pf_alt[0]['value']:.0f}%)" if pf_alt else ""),
-                            f"20% (WMT), 40% (BERT); sharp drop past ~60%; need >= {100 * v['prunable_min']:.0f}%"))
+                            f"20% (WMT), 40% (BERT); sharp drop past ~60%; need >= {100 * v['prunable_min']:.0f}%",
+                            headline=True))
     kept = [r for r in _vals(rows, "l0_heads_kept") if r["sweep"]["lam"] > 0]
     if kept:
         runs = []
@@ -531,19 +540,47 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         shown = ", ".join(f"lambda {lam:g}: {int(k)}/{int(n)} kept, {d:+.2f}" for _, d, k, n, lam in runs)
         checks.append(check("L0 gates reach a sparse head budget with a small BLEU loss", bool(good), shown,
                             f"38 of 48 encoder heads pruned for -0.15 BLEU; need <= "
-                            f"{100 * v['l0_max_kept_fraction']:.0f}% kept within -{v['l0_max_drop']} BLEU"))
+                            f"{100 * v['l0_max_kept_fraction']:.0f}% kept within -{v['l0_max_drop']} BLEU of the "
+                            "unpruned model and of the unpenalised fine-tune", headline=True))
+    gates = []
     base, copy_bl = _vals(rows, "bleu_unpruned", subset="eval"), _vals(rows, "bleu_copy_baseline", subset="eval")
-    if base and copy_bl and base[0]["value"] <= copy_bl[0]["value"]:
-        why = (f"undecided: the unpruned model's BLEU {base[0]['value']:.2f} does not beat the copy baseline "
-               f"{copy_bl[0]['value']:.2f} on the evaluation subset")
-        checks = [{**c, "passed": None, "measured": f"{c['measured']} ({why})"} for c in checks]
+    if base and copy_bl:
+        margin = v["min_bleu_over_copy"]
+        gates.append(gate("the unpruned model learned to translate", base[0]["value"] >= copy_bl[0]["value"] + margin,
+                          f"BLEU {base[0]['value']:.2f} vs copying the source {copy_bl[0]['value']:.2f} on the "
+                          f"{params['eval_sentences']}-sentence evaluation subset",
+                          f"at least {margin} BLEU above the copy baseline"))
+        checks = [gated(c, gates) for c in checks]
     sp = sorted(_vals(rows, "speedup"), key=lambda r: r["sweep"]["batch"])
     if len(sp) >= 2:
         first, last = sp[0]["value"], sp[-1]["value"]
-        checks.append(check("the pruned model's speed-up grows with batch size", last > first and last > 0,
+        on_gpu = str(params.get("device")).startswith("cuda")
+        checks.append(check("the pruned model's speed-up grows with batch size",
+                            (last > first and last > 0) if on_gpu else None,
                             ", ".join(f"bs {r['sweep']['batch']}: {r['value']:+.1f}%" for r in sp),
-                            "+1.9% at bs 1, +2.7% at 4, +17.5% at 16 and 64 (GTX 1080Ti)"))
-    return verdict_from_checks(CLAIM, checks, scale)
+                            "+1.9% at bs 1, +2.7% at 4, +17.5% at 16 and 64 (GTX 1080Ti)",
+                            undecided_because="CPU stand-in: Michel measured GPU throughput, launch-bound at batch 1; "
+                                              "a CPU speed-up follows the FLOPs at every batch size"))
+    return verdict_from_checks(CLAIM, checks, scale, gates=gates, setup=setup_table(CLAIM, this_setup(params)))
+
+
+def this_setup(params: dict) -> dict:
+    """This run's side of the "Setup beside the paper" table."""
+    pr, l0 = params["pruning"], params["l0"]
+    src = (f"fairseq checkpoint {params['fairseq_checkpoint']}" if params.get("fairseq_checkpoint") else
+           "the suite's shared translation model (results/<hw>/<scale>/_models/translation)")
+    return {"model": src,
+            "data": f"{params['eval_sentences']} test sentences of the committed gettext de-en corpus (or the "
+                    "configured corpus); BLEU by sacrebleu beside the copy baseline",
+            "significance": f"paired bootstrap, {params['bootstrap_samples']} samples, p < {params['significance']}",
+            "pruning": f"{100 * pr['step_fraction']:.0f}% of heads per step up to {100 * pr['max_fraction']:.0f}%, "
+                       f"orders {pr['orders']} + {len(pr['random_seeds'])} random; L0 gates on {l0['targets']}, "
+                       f"lambdas {l0['lambdas']}, {l0['steps']} fine-tune steps",
+            "speed": f"heads physically removed ({100 * params['throughput']['prune_fraction']:.0f}%), batch sizes "
+                     f"{params['throughput']['batch_sizes']}, device {params['device']}"}
+
+
+
 
 
 # ------------------------------------------------------------------------------------------------ run

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from repro.bench.records import atomic_write_json, atomic_write_text, check, metric, verdict_from_checks
+from repro.bench.records import (atomic_write_json, atomic_write_text, check, gate, metric, setup_table,
+                                 verdict_from_checks)
 
 CLAIM = "layer_pruning"
 log = logging.getLogger("repro.layer_pruning")
@@ -552,11 +553,17 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     4. Collapse point of the angular rule per stack inside the published 20-55% band (Qwen .. Llama-2).
     5. ShortGPT Table 2: generation collapses at about 27% of layers removed by BI (XSum 19.40 -> 0.67):
        BLEU below ``collapse.bleu_ratio`` of the unpruned model at the nearest removal count.
-    6. Healing recovers quality at every healed removal count.
+    6. Healing recovers the pruning damage at every healed removal count: the healed model's NLL gap to the control
+       (the unpruned model fine-tuned with the same steps) is smaller than the unhealed gap to the unpruned model
+       (comparing with the unhealed model alone would credit healing with what any extra fine-tuning gives).
     7. Gromov Fig 3: the healed loss grows more smoothly than the unhealed one (largest jump smaller).
 
-    BLEU-based checks (4, 5 on the encoder and decoder) are left undecided when the unpruned model does not beat
-    the copy baseline on the same test subset: a model that has not learnt to translate cannot lose it.
+    HEADLINE: 2 and 3 ("many deep layers can be dropped": the layers the similarity rules drop are deep and cost
+    no more than random ones); the others are secondary.
+    Gate: BLEU-based checks (4, 5 on the encoder and decoder) are undecided unless the unpruned model beats the copy
+    baseline on the same test subset by ``collapse.min_bleu_over_copy`` BLEU: a model that has not learnt to
+    translate cannot lose it. Check 4 is also undecided when a stack has too few layers to place its collapse
+    inside the published band (resolution 100/L % wider than ``collapse.max_resolution_percent``).
     """
     from repro import registry
 
@@ -567,11 +574,17 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     hi = max(registry.published(CLAIM, "gromov_collapse_llama2")["value"])
     sg_pct = registry.published(CLAIM, "shortgpt_llama2_7b_params_removed")["value"]
     copy_bl = [r["value"] for r in _sel(rows, "bleu_copy_baseline", test_set="subset")]
-    weak = {}
+    weak, gates = {}, []
+    margin = params["collapse"]["min_bleu_over_copy"]
     for s in ("encoder", "decoder"):
         base = _quality_curve(rows, s, "none").get(0)
-        if s in stacks and copy_bl and base is not None and base <= copy_bl[0]:
-            weak[s] = f"unpruned BLEU {base:.2f} does not beat the copy baseline {copy_bl[0]:.2f} on the test subset"
+        if s in stacks and copy_bl and base is not None:
+            g = gate(f"{s}: the unpruned translation model learned", base >= copy_bl[0] + margin,
+                     f"BLEU {base:.2f} vs copying the source {copy_bl[0]:.2f} on the test subset",
+                     f"at least {margin} BLEU above the copy baseline")
+            gates.append(g)
+            if not g["passed"]:
+                weak[s] = f"gate '{g['name']}' failed: {g['measured']} (required {g['required']})"
     # 1. argmin block excludes the last layer
     for s in [s for s in ("lm",) if s in stacks]:
         L = n_layers[s]
@@ -602,7 +615,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             checks.append(check(f"{s}: the least influential layers (BI) are deep", mean_idx >= (L - 1) / 2,
                                 f"BI per layer {', '.join(f'{b:.3f}' for b, _ in bi)}; lowest {k}: layers "
                                 f"{[i for _, i in low]}", f"deep layers have the lowest BI (ShortGPT removes "
-                                "layers 21-29 of Llama2-7B's 32)"))
+                                "layers 21-29 of Llama2-7B's 32)", headline=True))
     # 3. similarity rules vs random
     wins, total, detail = 0, 0, []
     for s in stacks:
@@ -620,12 +633,19 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     if total:
         checks.append(check("similarity-based rules prune no worse than random", wins >= 0.5 * total,
                             f"{wins}/{total} removal counts at least as good as the random mean ({'; '.join(detail)})",
-                            "BI / angular distance pick layers whose removal hurts least"))
+                            "BI / angular distance pick layers whose removal hurts least", headline=True))
     # 4. collapse point within the published band
+    max_res = params["collapse"]["max_resolution_percent"]
     for s in stacks:
         if s in weak:
             checks.append(check(f"{s}: collapse point (angular rule, no healing) in the published band", None,
-                                weak[s], f"{lo}-{hi}%"))
+                                weak[s], f"{lo}-{hi}%", undecided_because=weak[s]))
+            continue
+        if 100.0 / n_layers[s] > max_res:
+            checks.append(check(f"{s}: collapse point (angular rule, no healing) in the published band", None,
+                                f"{n_layers[s]} layers: one layer is {100.0 / n_layers[s]:.0f}% of the stack",
+                                f"{lo}-{hi}%", undecided_because=f"too few layers ({n_layers[s]}) to place a collapse "
+                                f"inside a {lo}-{hi}% band (resolution {100.0 / n_layers[s]:.0f}% > {max_res}%)"))
             continue
         c = _sel(rows, "collapse_percent", stack=s, rule="angular")
         nc = _sel(rows, "no_collapse_up_to_percent", stack=s, rule="angular")
@@ -649,7 +669,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         cur = _quality_curve(rows, s, "bi")
         if s in weak:
             checks.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
-                                None, weak[s], "XSum 19.40 -> 0.67 for Llama2-7B (3%)"))
+                                None, weak[s], "XSum 19.40 -> 0.67 for Llama2-7B (3%)", undecided_because=weak[s]))
         elif n in cur and 0 in cur and cur[0] > 0:
             checks.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
                                 cur[n] < ratio * cur[0], f"{n}/{L} layers: BLEU {cur[0]:.2f} -> {cur[n]:.2f} "
@@ -657,6 +677,10 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     # 6. healing recovers
     rec, tot, det = 0, 0, []
     for s in stacks:
+        ctrl = [r["value"] for r in _sel(rows, "valid_nll", stack=s, healed=True, rule="none")]
+        base = _nll_curve(rows, s, "none", False).get(0)
+        if not ctrl or base is None:
+            continue
         for r in _sel(rows, "valid_nll", stack=s, healed=True):
             if r["sweep"]["rule"] == "none":
                 continue
@@ -664,11 +688,13 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             if un is None:
                 continue
             tot += 1
-            rec += r["value"] < un
-            det.append(f"{s}/{r['sweep']['rule']} n={r['sweep']['n_removed']}: {un:.2f}->{r['value']:.2f}")
+            gap_un, gap_h = un - base, r["value"] - ctrl[0]
+            rec += gap_h < gap_un
+            det.append(f"{s}/{r['sweep']['rule']} n={r['sweep']['n_removed']}: gap {gap_un:+.2f} -> {gap_h:+.2f}")
     if tot:
-        checks.append(check("healing recovers the loss of the pruned model", rec == tot,
-                            f"{rec}/{tot} lower NLL after healing ({'; '.join(det[:6])})",
+        checks.append(check("healing recovers the pruning damage (vs the equally fine-tuned control)", rec == tot,
+                            f"{rec}/{tot} removal counts: NLL gap to the unpruned model (unhealed) -> gap to the "
+                            f"control fine-tune (healed): {'; '.join(det[:6])}",
                             "a short fine-tune heals the damage (Gromov: QLoRA on C4)"))
     # 7. smooth healed loss vs cliff
     for s in stacks:
@@ -687,7 +713,23 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                                 f"{', '.join(f'{v:.2f}' for v in hcurve)}; unhealed "
                                 f"{', '.join(f'{v:.2f}' for v in ucurve)} at n={[0] + hn})",
                                 "healed loss continuous with slow linear growth; unhealed quality falls off a cliff"))
-    return verdict_from_checks(CLAIM, checks, scale)
+    return verdict_from_checks(CLAIM, checks, scale, gates=gates, setup=setup_table(CLAIM, this_setup(params, n_layers)))
+
+
+def this_setup(params: dict, n_layers: dict) -> dict:
+    """This run's side of the "Setup beside the paper" table."""
+    h = params["heal"]
+    src = (f"fairseq checkpoint {params['fairseq_checkpoint']}" if params.get("fairseq_checkpoint") else
+           "the suite's shared translation model and target-side LM")
+    return {"models": f"{src}: " + ", ".join(f"{s} {n} layers" for s, n in n_layers.items()),
+            "quality": f"BLEU on {params['eval']['test_sentences']} test sentences (beside the copy baseline), valid "
+                       f"NLL/perplexity on {params['eval']['valid_sentences']} sentences",
+            "healing": f"full fine-tune, {h['steps']} steps at lr {h['lr']} (not QLoRA), with a control fine-tune of "
+                       "the unpruned model",
+            "hardware": f"device {params['device']}"}
+
+
+
 
 
 if __name__ == "__main__":
