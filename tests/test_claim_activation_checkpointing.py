@@ -65,7 +65,7 @@ def test_loglog_slope():
 
 
 def _rows(total=34.06, score=5.0, full=2.0, sel=34.06, sdpa_score=None, slope_sqrt=0.5, slope_none=1.0,
-          over_full=33.0, over_sel=5.0, pred=30.0):
+          over_full=33.0, over_sel=5.0, pred=30.0, iqr=2.0):
     def coef(value, section, kind, policy="none", backend="math"):
         return {"metric": "saved_coeff_16bit", "value": value, "sweep": dict(
             backend=backend, dtype="float32", dropout=0.1, policy=policy, section=section, kind=kind)}
@@ -76,27 +76,50 @@ def _rows(total=34.06, score=5.0, full=2.0, sel=34.06, sdpa_score=None, slope_sq
         rows.append(coef(sdpa_score, "total", "score", backend="sdpa"))
     rows += [{"metric": "loglog_slope_peak_bytes_fwd_bwd", "value": v, "sweep": {"axis": "depth", "policy": p}}
              for p, v in (("sqrt", slope_sqrt), ("none", slope_none))]
-    rows += [{"metric": "time_overhead", "value": v, "sweep": {"policy": p}}
+    rows += [{"metric": "time_overhead", "value": v, "spread": iqr, "sweep": {"policy": p}}
              for p, v in (("full", over_full), ("selective", over_sel))]
     rows.append({"metric": "predicted_overhead_one_forward", "value": pred, "sweep": {}})
     return rows
 
 
-PARAMS = {"tolerance": {"coeff_rel": 0.05, "sqrt_slope": [0.3, 0.7], "none_slope": [0.85, 1.15],
+PARAMS = {**config.section("activation_checkpointing", "default"),
+          "tolerance": {"coeff_rel": 0.05, "sqrt_slope": [0.3, 0.7], "none_slope": [0.85, 1.15],
                         "overhead_abs_pct": 15, "selective_fraction_of_full": 0.5}}
 
 
 def test_judge_reproduced_on_good_rows():
-    assert judge(_rows(), PARAMS, "default")["verdict"] == "reproduced"
+    v = judge(_rows(), PARAMS, "default")
+    assert v["verdict"] == "reproduced"
+    assert {r["aspect"] for r in v["setup"]} >= {"models", "hardware"}
 
 
-@pytest.mark.parametrize("bad", [dict(total=40.0), dict(score=8.0), dict(full=34.0), dict(sel=40.0),
-                                 dict(sdpa_score=5.0), dict(slope_sqrt=0.95), dict(slope_none=0.5),
+@pytest.mark.parametrize("bad", [dict(total=40.0), dict(score=8.0), dict(full=34.0), dict(slope_sqrt=0.95)])
+def test_judge_headline_fails_on_a_wrong_count(bad):
+    v = judge(_rows(**bad), PARAMS, "default")
+    assert v["verdict"] == "not_reproduced"
+
+
+@pytest.mark.parametrize("bad", [dict(sel=40.0), dict(sdpa_score=5.0), dict(slope_none=0.5),
                                  dict(over_full=90.0), dict(over_sel=30.0)])
-def test_judge_flips_on_a_wrong_result(bad):
+def test_judge_flips_on_a_wrong_secondary_result(bad):
     v = judge(_rows(**bad), PARAMS, "default")
     assert v["verdict"] == "partially"
     assert sum(c["passed"] is False for c in v["checks"]) >= 1
+
+
+def test_judge_wide_timing_spread_is_undecided_and_names_the_load():
+    load = {"busy": True, "loadavg_1m_max": 3.1, "cpus": 2, "threads": 1}
+    v = judge(_rows(over_full=40.0, iqr=40.0), PARAMS, "default", load)
+    timing = [c for c in v["checks"] if "extra forward" in c["name"]][0]
+    assert timing["passed"] is None and "busy" in timing["undecided_because"]
+    assert v["verdict"] == "reproduced" and v["load"]["busy"]  # a secondary undecided check does not decide
+
+
+def test_judge_null_data_never_reproduces():
+    """Identical variants (every policy keeps what 'none' keeps, no slope) cannot reproduce the claim."""
+    v = judge(_rows(full=34.06, sel=34.06, slope_sqrt=1.0, slope_none=1.0, over_full=0.0, over_sel=0.0),
+              PARAMS, "default")
+    assert v["verdict"] in ("not_reproduced", "inconclusive")
 
 
 def test_judge_tiny_is_not_applicable():

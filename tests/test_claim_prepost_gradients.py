@@ -94,23 +94,24 @@ def test_bad_config_key_is_named():
 
 # ------------------------------------------------------------------------------------------------ judge
 def _rows(post_slope=0.25, pre_slope=-0.05, post_exp=-0.05, pre_exp=-0.5, ratio_exp=-0.45, thm_ratio=-0.55,
-          post5=1.5, pre_scale=1.0):
+          post5=1.5, pre_scale=1.0, enc_post_slope=0.25, spread=0.03, n=5):
     rows = []
     for norm in ("layernorm", "rmsnorm"):
         for matrix in pg.FFN_MATRICES:
-            for pos, v in (("post", post_slope), ("pre", pre_slope)):
-                rows.append(metric(CLAIM, "ffn_grad_log_slope_per_layer", v, spread=0.03, n=5, norm=norm,
-                                   position=pos, stack="decoder", matrix=matrix))
+            for stack, post in (("decoder", post_slope), ("encoder", enc_post_slope)):
+                for pos, v in (("post", post), ("pre", pre_slope)):
+                    rows.append(metric(CLAIM, "ffn_grad_log_slope_per_layer", v, spread=spread, n=n, norm=norm,
+                                       position=pos, stack=stack, matrix=matrix))
     for prefix, ratio in (("fig3", ratio_exp), ("thm1", thm_ratio)):
         for kind, v in (("post", post_exp), ("pre", pre_exp), ("ratio", ratio)):
-            rows.append(metric(CLAIM, f"{prefix}_depth_exponent_{kind}", v, spread=0.05, n=5, norm="layernorm"))
+            rows.append(metric(CLAIM, f"{prefix}_depth_exponent_{kind}", v, spread=spread + 0.02, n=n, norm="layernorm"))
     for l in (1, 2, 3):
         rows.append(metric(CLAIM, "lemma2_postln_sq_norm_over_d", post5, spread=0.005, n=40, layer=l))
         rows.append(metric(CLAIM, "lemma2_preln_sq_norm_over_d", (1 + l) * pre_scale, spread=0.01, n=40, layer=l))
     return rows
 
 
-PARAMS = {"norms": ["layernorm", "rmsnorm"],
+PARAMS = {**config.section(CLAIM, "default"), "norms": ["layernorm", "rmsnorm"],
           "checks": {"grow_slope_min": 0.1, "flat_ratio_max": 0.5, "flat_depth_exponent_max": 0.15,
                      "exponent_tolerance": 0.15, "lemma2_rel_tol": 0.03}}
 
@@ -118,12 +119,36 @@ PARAMS = {"norms": ["layernorm", "rmsnorm"],
 def test_judge_reproduced_on_paper_like_rows():
     v = pg.judge(_rows(), PARAMS, "default")
     assert v["verdict"] == "reproduced", v["reason"]
+    assert any(r["aspect"] == "data" and "IWSLT14" in r["paper"] for r in v["setup"])
     assert pg.judge(_rows(), PARAMS, "tiny")["verdict"] == "not_applicable"
 
 
-@pytest.mark.parametrize("bad", [dict(post_slope=0.02), dict(pre_slope=0.2), dict(post_exp=-0.4), dict(pre_exp=0.1),
-                                 dict(ratio_exp=-0.1), dict(thm_ratio=-1.0), dict(post5=1.0), dict(pre_scale=2.0)])
+@pytest.mark.parametrize("bad", [dict(post_slope=0.02), dict(ratio_exp=-0.1)])
+def test_judge_headline_fails(bad):
+    assert pg.judge(_rows(**bad), PARAMS, "default")["verdict"] == "not_reproduced"
+
+
+@pytest.mark.parametrize("bad", [dict(pre_slope=0.2), dict(post_exp=-0.4), dict(pre_exp=0.1), dict(thm_ratio=-1.0),
+                                 dict(post5=1.0), dict(pre_scale=2.0), dict(enc_post_slope=0.0)])
 def test_judge_flags_each_wrong_result(bad):
     v = pg.judge(_rows(**bad), PARAMS, "default")
     assert v["verdict"] in ("partially", "not_reproduced"), (bad, v["reason"])
     assert any(c["passed"] is False for c in v["checks"])
+
+
+def test_judge_decides_by_the_interval_not_the_point_estimate():
+    """A ratio exponent of -0.62 with a wide spread straddles the band's edge (-0.65): undecided, inconclusive;
+    the same mean with a narrow spread holds."""
+    wide = pg.judge(_rows(ratio_exp=-0.62, spread=0.2), PARAMS, "default")
+    assert wide["verdict"] == "inconclusive" and "interval" in wide["reason"]
+    narrow = pg.judge(_rows(ratio_exp=-0.62, spread=0.01, n=10), PARAMS, "default")
+    assert narrow["verdict"] == "reproduced"
+    one_seed = pg.judge(_rows(n=1), PARAMS, "default")  # a single seed cannot decide a threshold
+    assert one_seed["verdict"] == "inconclusive"
+
+
+def test_judge_null_data_never_reproduces():
+    """Identical Post and Pre (no growth, no depth dependence): never reproduced."""
+    v = pg.judge(_rows(post_slope=0.0, pre_slope=0.0, enc_post_slope=0.0, post_exp=0.0, pre_exp=0.0, ratio_exp=0.0,
+                       thm_ratio=0.0), PARAMS, "default")
+    assert v["verdict"] in ("not_reproduced", "inconclusive")

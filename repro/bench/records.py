@@ -213,12 +213,12 @@ def _meaning(heads: list[dict], scale: str) -> str:
 def setup_table(claim: str, this_run: Mapping[str, str]) -> list[dict]:
     """The page's "Setup beside the paper" rows: the paper's setup from the registry (``paper_setup`` of the
     claim: model, data, steps, seeds, precision, hardware, ...) beside this run's (``this_run``, built by the claim
-    from its config). An aspect known on one side only shows "not stated" / "not varied" on the other."""
+    from its config). An aspect known on one side only shows "not stated" on the other."""
     from repro import registry
 
     paper = registry.claim(claim).get("paper_setup") or {}
     aspects = list(paper) + [a for a in this_run if a not in paper]
-    return [{"aspect": a, "paper": str(paper.get(a, "not stated")), "this_run": str(this_run.get(a, "as the paper"))}
+    return [{"aspect": a, "paper": str(paper.get(a, "not stated")), "this_run": str(this_run.get(a, "not stated"))}
             for a in aspects]
 
 

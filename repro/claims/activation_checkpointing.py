@@ -364,7 +364,7 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
         checks.append(check("peak memory vs depth without checkpointing: slope about 1", lo <= slopes["none"] <= hi,
                             f"{slopes['none']:.3f}", f"1 (accepted {lo}..{hi})"))
     over = {r["sweep"]["policy"]: r["value"] for r in rows if r["metric"] == "time_overhead"}
-    iqr = {r["sweep"]["policy"]: r["spread"] or 0.0 for r in rows if r["metric"] == "time_overhead"}
+    iqr = {r["sweep"]["policy"]: r.get("spread") or 0.0 for r in rows if r["metric"] == "time_overhead"}
     pred = next((r["value"] for r in rows if r["metric"] == "predicted_overhead_one_forward"), None)
     why = "the IQR interval straddles the tolerance" + (f"; {busy}" if busy else "")
     if "full" in over and pred is not None:
