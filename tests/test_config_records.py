@@ -128,3 +128,28 @@ def test_claim_page_and_index(tmp_path):
     unbuilt = len(registry.claim_ids()) - len(built)
     assert "param_accounting" in idx and f"not run: {len(built) - 1}" in idx  # every other claim with a workflow
     assert (f"not_implemented: {unbuilt}" in idx) == (unbuilt > 0) and "snakemake claim_block_numerics" in idx
+
+
+def test_rejudge_applies_the_current_rule_to_stored_measurements(tmp_path):
+    """--rejudge re-applies judge() to a stored run: metrics and fingerprint untouched, verdict.json records both
+    the measurement's commit and the judging commit."""
+    import shutil
+    import subprocess
+    import sys
+
+    from repro.config import ROOT
+
+    src = ROOT / "results" / "cpu-amd-epyc-2c" / "default" / "param_accounting"
+    out = tmp_path / "param_accounting"
+    shutil.copytree(src, out)
+    before = (out / "metrics.csv").read_bytes(), (out / "fingerprint.json").read_bytes()
+    old = json.loads((out / "verdict.json").read_text())
+    subprocess.run([sys.executable, "-m", "repro.claims.param_accounting", "--scale", "default", "--out", str(out),
+                    "--rejudge"], check=True, cwd=ROOT)
+    new = json.loads((out / "verdict.json").read_text())
+    assert ((out / "metrics.csv").read_bytes(), (out / "fingerprint.json").read_bytes()) == before
+    assert new["commit"] == old["commit"] and new["rejudged"]["previous_verdict"] == old["verdict"]
+    assert new["verdict"] == "reproduced" and any(c["headline"] for c in new["checks"]) and new["setup"]
+    wrong = subprocess.run([sys.executable, "-m", "repro.claims.prepost_gradients", "--scale", "default", "--out",
+                            str(out), "--rejudge"], cwd=ROOT, capture_output=True, text=True)
+    assert wrong.returncode != 0 and "param_accounting" in wrong.stderr

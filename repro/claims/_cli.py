@@ -29,8 +29,15 @@ def main(claim: str, run: Callable, argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="results folder for this claim")
     parser.add_argument("--params", help="JSON parameters (default: config/claims/<claim>.yaml at --scale)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="re-apply this commit's verdict rule (judge) to the measurements already in --out "
+                             "(metrics.csv, config.json); nothing is measured again, and verdict.json records both "
+                             "the measurement's commit and the judging commit")
     args = parser.parse_args(argv)
     setup_logging()
+    if args.rejudge:
+        rejudge(claim, args.out, args.scale)
+        return 0
     from repro import config
     from repro.bench.records import write_results
 
@@ -52,3 +59,40 @@ def main(claim: str, run: Callable, argv=None) -> int:
     write_results(args.out, claim=claim, scale=args.scale, metrics=metrics, verdict=verdict, config=params)
     log.info("%s: %s (%s) in %.1f s", claim, verdict["verdict"], verdict["reason"][:300], time.time() - t0)
     return 0
+
+
+def rejudge(claim: str, out: Path, scale: str) -> dict:
+    """Re-judge stored measurements with the current rule. The measurement's parameters come from its config.json;
+    keys the current rule needs and the old run did not record (new thresholds) come from the current
+    config/claims/<claim>.yaml at that scale. The fingerprint (hardware, software, measurement commit) and
+    metrics.csv are kept as they are; verdict.json gains ``rejudged`` with this commit and time."""
+    import importlib
+    import math
+
+    from repro import config
+    from repro.bench.fingerprint import fingerprint
+    from repro.bench.records import atomic_write_json, read_metrics
+
+    out = Path(out)
+    for name in ("metrics.csv", "config.json", "verdict.json", "fingerprint.json"):
+        if not (out / name).is_file():
+            raise SystemExit(f"--rejudge: {out / name} is missing: run the claim first")
+    stored = json.loads((out / "config.json").read_text())
+    if stored.get("claim") != claim or stored.get("scale") != scale:
+        raise SystemExit(f"--rejudge: {out}/config.json is for {stored.get('claim')} at {stored.get('scale')}, "
+                         f"not {claim} at {scale}")
+    params = config.deep_merge(config.section(claim, scale), stored["config"])
+    frame = read_metrics(out)
+    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in frame.to_dict("records")]
+    old = json.loads((out / "verdict.json").read_text())
+    module = importlib.import_module(f"repro.claims.{claim}")
+    context = {k: old[k] for k in ("load",) if k in old}
+    verdict = module.judge(rows, params, scale, **context)
+    fp = fingerprint()
+    keep = {k: old[k] for k in ("scale", "hardware", "commit", "timestamp", "runtime_s") if k in old}
+    verdict = {**verdict, **keep, "rejudged": {"commit": fp["git"]["commit"], "dirty": fp["git"].get("dirty"),
+                                               "timestamp": fp["timestamp"], "previous_verdict": old.get("verdict")}}
+    atomic_write_json(out / "verdict.json", verdict)
+    log.info("%s: rejudged %s -> %s (%s)", claim, old.get("verdict"), verdict["verdict"], verdict["reason"][:300])
+    return verdict

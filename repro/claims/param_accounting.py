@@ -64,9 +64,12 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() and abs(x) >= 1000 else f"{x:.4g}"
 
 
-def judge(rows: list[dict], scale: str, rel_tol: float, notes: dict | None = None) -> dict:
-    """Exact published figures must match exactly; rounded ones within ``rel_tol`` (difference and reason shown)."""
-    checks, notes = [], notes or {}
+def judge(rows: list[dict], params: dict, scale: str) -> dict:
+    """Exact published figures must match exactly (HEADLINE); rounded ones within ``rounded_rel_tolerance``
+    (secondary; the difference and the reason are shown)."""
+    rel_tol = params["rounded_rel_tolerance"]
+    notes = {name: spec.get("note", "") for name, spec in params["models"].items()}
+    checks = []
     for r in rows:
         if not r.get("published_key"):
             continue
@@ -106,8 +109,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             rows.append(metric(CLAIM, key, value, _unit(key), published_key=published.get(key), model=name))
         log.info("%s: total %s, attention %.1f%%, ffn %.1f%%", name, f"{quantities['total']:,}",
                  quantities["share_attention"], quantities["share_ffn"])
-    notes = {name: spec.get("note", "") for name, spec in params["models"].items()}
-    return rows, judge(rows, scale, params["rounded_rel_tolerance"], notes)
+    return rows, judge(rows, params, scale)
 
 
 if __name__ == "__main__":
