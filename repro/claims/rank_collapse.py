@@ -389,14 +389,20 @@ def _contrast_with_skip(rows: list[dict], init: str, c: dict) -> tuple[bool | No
     if skip is None:
         return None, "no attention + skip stack in this run to contrast with"
     gap = _one(rows, "exponent_gap_vs_skip", init=init)
-    if skip["value"] is not None and gap is not None and gap["value"] is not None:
-        return (decide_interval(*_ci(gap), above=c["exponent_gap_min"]),
-                f"minus attention + skip's (paired by seed) {_exp_text(gap)}")
     rho = _one(rows, "final_residual_ratio", init=init, variant="attention_skip")
+    by_gap = gap is not None and gap["value"] is not None and gap["n"] >= 2
+    flat = skip["n"] < rho["n"]  # seeds whose skip residual did not move enough to fit an exponent
     lo, hi = _geo_ci(rho)
-    return (decide_interval(lo, hi, above=c["skip_min_residual"]),
-            f"attention + skip does not decay (no exponent to fit; rho at the last layer {_num(rho['value'])} "
-            f"[{_num(lo)}, {_num(hi)}])")
+    decisions, texts = [], []
+    if by_gap:
+        decisions.append(decide_interval(*_ci(gap), above=c["exponent_gap_min"]))
+        texts.append(f"minus attention + skip's (paired by seed) {_exp_text(gap)}")
+    if flat or not by_gap:
+        decisions.append(decide_interval(lo, hi, above=c["skip_min_residual"]))
+        texts.append(f"attention + skip: {rho['n'] - skip['n']} of {rho['n']} seeds without an exponent to fit (the "
+                     f"residual did not move, or fell to rounding at once); its rho at the last layer "
+                     f"{_num(rho['value'])} [{_num(lo)}, {_num(hi)}]")
+    return both(*decisions), "; ".join(texts)
 
 
 def _dong_checks(rows: list[dict], params: dict) -> list[dict]:
@@ -434,12 +440,15 @@ def _dong_checks(rows: list[dict], params: dict) -> list[dict]:
             rel = _one(rows, "final_relative_residual", init=init, variant=variant)
             ln = _one(rows, "final_layernorm_residual", init=init, variant=variant)
             lo, hi = _geo_ci(rho)
-            if ex["value"] is not None:
-                passed = decide_interval(*_ci(ex), below=c["not_doubly_max"])
-                basis, why = "exponent", "the seeds' interval of the exponent straddles the threshold"
-            else:  # the residual did not move (or fell to rounding at once): judged by where it ended
-                passed = decide_interval(lo, hi, above=c["skip_min_residual"])
-                basis, why = "no decay to fit; residual ratio", "the residual ratio's interval straddles the threshold"
+            decisions, basis = [], []
+            if ex["value"] is not None and ex["n"] >= 2:
+                decisions.append(decide_interval(*_ci(ex), below=c["not_doubly_max"]))
+                basis.append("exponent")
+            if ex["n"] < rho["n"] or not decisions:  # seeds whose residual did not move: judged by where it ended
+                decisions.append(decide_interval(lo, hi, above=c["skip_min_residual"]))
+                basis.append(f"residual ratio ({rho['n'] - ex['n']} of {rho['n']} seeds without an exponent to fit)")
+            passed = both(*decisions)
+            why = "a seeds' interval straddles its threshold"
             checks.append(check(
                 f"skip connections stop the collapse ({variant}, {init} init)", passed,
                 f"per-layer exponent {_exp_text(ex)}; at layer {q['depth']}: rho {_num(rho['value'])} [{_num(lo)}, "
@@ -447,7 +456,7 @@ def _dong_checks(rows: list[dict], params: dict) -> list[dict]:
                 f"{_num(rel['value'])}, after LayerNorm {_num(ln['value'])}",
                 f"exponent < {c['not_doubly_max']} (about 1: at most exponential decay, not 3); a residual that does "
                 f"not decay must stay above {c['skip_min_residual']} of the input's",
-                interval=f"95% t-interval over seeds ({basis})", undecided_because=why))
+                interval=f"95% t-interval over seeds ({'; '.join(basis)})", undecided_because=why))
         mlp = _one(rows, "per_layer_exponent", init=init, variant="attention_mlp")
         mlp_depth = _one(rows, "collapse_depth", init=init, variant="attention_mlp")
         if mlp is not None:
