@@ -36,7 +36,8 @@ def test_tiny_run_shapes(tiny):
     assert len(rel0) == len(params["seeds"])
     n = params["noci"]
     grads = [r for r in rows if r["metric"] == "attn_weight_grad_norm"]
-    assert len(grads) == len(params["inits"]) * len(n["norm_positions"]) * sum(n["depths"]) * 2 * len(params["seeds"]) * 3
+    per_init = len(n["norm_positions"]) * sum(n["depths"]) * 2 * len(params["seeds"]) * 3
+    assert len(grads) == len(params["inits"]) * per_init
     assert all(r["value"] > 0 for r in grads)
     assert verdict["verdict"] == "not_applicable"
     assert {s["aspect"] for s in verdict["setup"]} >= {"model", "init", "seeds", "precision", "measure"}
@@ -136,7 +137,8 @@ def _paper_curves(rng, depth=12):
                     lr.append(max(3 * lr[-1] - c, -40))
                 out[(init, variant, seed)] = [math.exp(v) for v in lr]
             for variant, g in (("attention_skip", 0.05), ("full_post", -0.2), ("full_pre", 0.04)):
-                out[(init, variant, seed)] = [math.exp((g + 0.01 * rng.standard_normal()) * L) for L in range(depth + 1)]
+                g = g + 0.01 * rng.standard_normal()
+                out[(init, variant, seed)] = [math.exp(g * L) for L in range(depth + 1)]
     return out
 
 
@@ -147,8 +149,9 @@ def _noci_rows(plain=-0.8, scaled=-0.05, rise_plain=0.6, rise_scaled=0.01, sprea
             common = dict(init=init, position=pos)
             jit = (lambda: 0.0) if rng is None else (lambda: float(rng.standard_normal()))
             for m in ("q", "k"):
-                rows += [metric(CLAIM, f"{m}_over_v_depth_slope", plain + jit(), spread=spread, n=5, scaled=False, **common),
-                         metric(CLAIM, f"{m}_over_v_depth_slope", scaled + jit(), spread=spread, n=5, scaled=True, **common)]
+                for s, value in ((False, plain), (True, scaled)):
+                    rows.append(metric(CLAIM, f"{m}_over_v_depth_slope", value + jit(), spread=spread, n=5, scaled=s,
+                                       **common))
             for s, rise in ((False, rise_plain), (True, rise_scaled)):
                 rows.append(metric(CLAIM, "token_cosine_rise", rise + jit(), spread=spread, n=5, scaled=s,
                                    from_depth=2, to_depth=32, **common))
@@ -236,7 +239,8 @@ def test_small_real_run_reproduces(tmp_path):
     p["noci"].update(d_model=32, n_heads=4, d_ff=64, n_tokens=16, batch=2, depths=[2, 16], classes=16)
     rows, v = rc.run(p, "default", tmp_path)
     assert v["verdict"] == "reproduced", v["reason"]
-    exps = {(r["sweep"]["init"], r["sweep"]["variant"]): r["value"] for r in rows if r["metric"] == "per_layer_exponent"}
+    exps = {(r["sweep"]["init"], r["sweep"]["variant"]): r["value"] for r in rows
+            if r["metric"] == "per_layer_exponent"}
     for init in p["inits"]:
         assert 2.5 < exps[(init, "attention")] < 3.5
         # a skip stack's exponent is ~1, or absent when its residual did not move by 1% (then judged by rho)

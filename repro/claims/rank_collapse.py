@@ -17,15 +17,18 @@ rank-1 fit), and the residual ratio rho_L = ||res(X_L)|| / ||res(X_0)||, the ABS
 relative to the input's (Dong et al.: res(SAN(X)) against res(X)); Frobenius, with the composite ||.||_{1,inf}
 (sqrt(||R||_1 ||R||_inf), the theorem's norm) beside it. Two diagnostics are recorded next to it: the relative
 residual r = ||res(X)|| / ||X|| (which falls when the token-mean component 1 x^T grows even though res(X) does not:
-with Xavier gain 1 on W_V and W_O and no normalisation, x grows ~sqrt(2) per layer in x + MHA(x)), and the residual
-after LayerNorm, r(LN(X)) (each token normalised to zero mean and unit variance; it equals 1 minus the mean pairwise
-cosine of the normalised tokens, so it measures the directional collapse a following layer sees, whatever the
-scale of the stream). A layer whose relative residual is below ``fit_floor`` is at float64 rounding and is left out
-of the fits.
+with Xavier gain 1 on W_V and W_O and no normalisation, x grows geometrically in x + MHA(x), since attention at init
+nearly averages the tokens), and the residual after LayerNorm, r(LN(X)) (each token normalised to zero mean and unit
+variance over its features; its square is 1 minus the mean cosine over all token pairs, self-pairs included, of the
+feature-centred tokens, so it measures the directional collapse a following layer sees whatever the scale of the
+stream; it does NOT remove a shared token direction, so in the norm-less stacks it tracks the relative residual). A
+layer whose relative residual is below ``fit_floor`` is at float64 rounding and is left out of the fits.
 
 Doubly exponential collapse: the theorem's rate is cubic per layer, res_{L+1} <~ C res_L^3, i.e. ln rho_{L+1} =
 a ln rho_L + b with a = 3; at most exponential decay (skip connections, Section 3) has a ~ 1. ``a`` is fitted per
-seed over consecutive layers from the input (rho_0 = 1) on, and the seeds' 95% t-interval decides the checks.
+seed over consecutive layers from the input (rho_0 = 1) on, and the seeds' 95% t-interval decides the checks. A seed
+whose ln rho spans less than ``min_log_span`` over the stack (the residual did not move: PyTorch's default init with
+skips changes rho by ~0.3% in 12 layers) has no exponent to fit; such a stack is judged by rho at its last layer.
 
 Part 2 (Noci et al., abstract and Fig 1): L-layer stacks of full blocks with LayerNorm (Pre-LN and Post-LN), at
 init, with residual scale 1 and 1/sqrt(L); a random readout with cross entropy on random labels gives the
@@ -231,7 +234,8 @@ def residual_summary(rows: list[dict], p: dict) -> list[dict]:
                               threshold=q["collapse_threshold"], depth=q["depth"]))
             for name in MEASURES:
                 g, s = _geo([cur[(name, init, variant, seed)][-1] for seed in p["seeds"]])
-                key = "dong_skip_prevents_collapse" if name == "residual_ratio" and variant == "attention_skip" else None
+                key = ("dong_skip_prevents_collapse" if name == "residual_ratio" and variant == "attention_skip"
+                       else None)
                 out.append(metric(CLAIM, f"final_{name}", g, "ratio", spread=s, n=len(p["seeds"]), published_key=key,
                                   init=init, variant=variant, depth=q["depth"], mean="geometric",
                                   spread_of="ln value"))
@@ -536,8 +540,8 @@ def judge(rows: list[dict], params: dict, scale: str, device: str | None = None)
        (paired by seed) by more than ``exponent_gap_min`` (so the measure tells the stacks apart), and every seed
        falls below ``collapse_threshold`` inside the stack.
     2. Per init and skip variant (attention + skip, Post-LN, Pre-LN block): the exponent lies below
-       ``not_doubly_max`` (about 1, not 3); when the residual does not decay at all (nothing to fit) its ratio to the
-       input's stays above ``skip_min_residual``.
+       ``not_doubly_max`` (about 1, not 3); for seeds whose residual does not move (nothing to fit) its ratio to the
+       input's at the last layer stays above ``skip_min_residual``.
     3. Per init: "MLPs slow the collapse" is reported as an observation (undecided: not a prediction at init).
     4. Noci et al., per init and norm position: without scaling, mean ln(||dW_Q||/||dW_V||) and
        ln(||dW_K||/||dW_V||) fall with depth (slope vs ln L below -``qk_slope_min``); with 1/sqrt(L) scaling the
