@@ -245,3 +245,24 @@ def test_small_real_run_reproduces(tmp_path):
         assert 2.5 < exps[(init, "attention")] < 3.5
         # a skip stack's exponent is ~1, or absent when its residual did not move by 1% (then judged by rho)
         assert all(exps[(init, v)] is None or 0.5 < exps[(init, v)] < 1.5 for v in rc.SKIP_VARIANTS), exps
+
+
+def test_old_measurements_are_refused_not_rejudged():
+    """Rows of the relative-residual measurement (before issue 12) cannot be judged by the residual-ratio rule."""
+    old = [metric(CLAIM, "final_relative_residual", 0.2, variant="attention_skip", depth=12)]
+    with pytest.raises(ValueError, match="predate the residual-ratio measurement"):
+        rc.judge(old, PARAMS, "default")
+
+
+def test_rejudge_reproduces_the_stored_verdict(tmp_path):
+    """--rejudge applies the rule to the stored metrics.csv: the same verdict as the run that measured them."""
+    from repro.claims._cli import main
+
+    out = tmp_path / "rank"
+    assert main(CLAIM, rc.run, ["--scale", "tiny", "--out", str(out)]) == 0
+    import json
+    before = json.loads((out / "verdict.json").read_text())
+    assert main(CLAIM, rc.run, ["--scale", "tiny", "--out", str(out), "--rejudge"]) == 0
+    after = json.loads((out / "verdict.json").read_text())
+    assert after["verdict"] == before["verdict"] and after["checks"] == before["checks"]
+    assert after["rejudged"]["previous_verdict"] == before["verdict"]

@@ -48,8 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repro.bench.records import (atomic_write_json, check, decide_interval, decide_within, metric, setup_table,
-                                 verdict_from_checks)
+from repro.bench.records import (atomic_write_json, both, check, decide_interval, decide_within, metric, setup_table,
+                                 t_interval, verdict_from_checks)
 from repro.claims.prepost_gradients import fit_slope, init_weights, mean_std
 from repro.config import resolve_device
 from repro.model import BlockConfig, MultiHeadAttention, make_norm
@@ -64,27 +64,6 @@ INITS = {"pytorch": "PyTorch default (nn.Linear: U(+-1/sqrt(fan_in)) weights and
          "xavier": "Xavier uniform gain 1, zero biases"}
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 MEASURES = ("residual_ratio", "residual_ratio_1inf", "relative_residual", "layernorm_residual")
-
-# two-sided 95% Student-t quantiles t_{0.975, df}, df = 1..30 (the normal 1.96 beyond): the standard printed values
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_interval(mean: float, std: float | None, n: int | None) -> tuple[float, float]:
-    """95% t-interval of a mean over ``n`` seeds with sample std ``std``; unbounded with fewer than two seeds."""
-    n = int(n or 1)
-    if n < 2 or std is None or not math.isfinite(std):
-        return -math.inf, math.inf
-    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * std / math.sqrt(n)
-    return mean - half, mean + half
-
-
-def both(*decisions: bool | None) -> bool | None:
-    """Three-valued AND: False if any is False, None if any is undecided, else True."""
-    if any(d is False for d in decisions):
-        return False
-    return None if any(d is None for d in decisions) else True
-
 
 # ------------------------------------------------------------------------------------------------ residuals
 def _norm_1inf(m: torch.Tensor) -> torch.Tensor:
@@ -355,8 +334,10 @@ MLP_NOT_A_PREDICTION = (
 
 
 def _one(rows, name, **sweep):
-    return next((r for r in rows if r["metric"] == name and all(r["sweep"].get(k) == v for k, v in sweep.items())),
-                None)
+    """The first row of metric ``name`` with these sweep values; ``n`` as an int (a re-read metrics.csv has floats)."""
+    row = next((r for r in rows if r["metric"] == name and all(r["sweep"].get(k) == v for k, v in sweep.items())),
+               None)
+    return None if row is None else {**row, "n": int(row["n"]) if row.get("n") is not None else None}
 
 
 def _ci(row) -> tuple[float, float]:
@@ -549,6 +530,11 @@ def judge(rows: list[dict], params: dict, scale: str, device: str | None = None)
     5. Noci Fig 1, per init and position: the output token cosine rises by more than ``cosine_rise_min`` from the
        shallowest to the deepest stack without scaling, and by less with scaling.
     """
+    if not any(r["metric"] == "final_residual_ratio" for r in rows) and \
+            any(r["metric"] == "final_relative_residual" for r in rows):
+        raise ValueError("rank_collapse: these measurements predate the residual-ratio measurement (issue 12: "
+                         "rho = ||res(X_L)|| / ||res(X_0)||, swept over inits); rerun the claim, a re-judge cannot "
+                         "apply the current rule to them")
     checks = _dong_checks(rows, params) + _noci_checks(rows, params)
     inits = ", ".join(params["inits"])
     meaning = (f"reproduced = for every init ({inits}) pure attention's residual collapsed doubly exponentially "
