@@ -54,11 +54,14 @@ def _version(pkg: str) -> str | None:
 
 
 def git_commit(root: str | Path | None = None) -> dict:
+    """HEAD and whether the code differs from it. Changes under results/ and reports/ (outputs, which Snakemake
+    deletes before a rerun) do not make the code dirty."""
     root = Path(root or Path(__file__).resolve().parents[2])
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 timeout=10).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                     ":(exclude)results", ":(exclude)reports"], cwd=root,
                                     capture_output=True, text=True, timeout=10).stdout.strip())
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
