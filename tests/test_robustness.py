@@ -132,7 +132,8 @@ def test_overrides_given_as_strings_are_typed_by_the_schema():
 
     p = config.section("rank_collapse", "tiny", {"rank_collapse": {"seeds": ["0", "1"]}})
     assert p["seeds"] == [0, 1]
-    p = config.section("head_pruning", "tiny", {"head_pruning": {"model_dir": "null", "require_fairseq_checkpoint": "true"}})
+    p = config.section("head_pruning", "tiny",
+                       {"head_pruning": {"model_dir": "null", "require_fairseq_checkpoint": "true"}})
     assert p["model_dir"] is None and p["require_fairseq_checkpoint"] is True
     p = config.section("head_pruning", "tiny", {"head_pruning": {"model_dir": "some/dir"}})
     assert p["model_dir"] == "some/dir"
@@ -190,8 +191,8 @@ def test_results_pages_and_checkpoints_follow_the_umask(tmp_path, umask_022):
     atomic_write_text(tmp_path / "page.md", "x")
     save_checkpoint(tmp_path / "ck.pt", {"w": torch.zeros(2)})
     write_results(tmp_path / "res", claim="param_accounting", scale="tiny",
-                  metrics=[metric("param_accounting", "m", 1.0)], verdict=verdict("param_accounting", "not_applicable", "t"),
-                  config={})
+                  metrics=[metric("param_accounting", "m", 1.0)],
+                  verdict=verdict("param_accounting", "not_applicable", "t"), config={})
     files = [tmp_path / "page.md", tmp_path / "ck.pt", *sorted((tmp_path / "res").iterdir())]
     assert {f.name: _mode(f) for f in files} == {f.name: 0o644 for f in files}
     os.umask(0o077)
@@ -281,7 +282,8 @@ def test_damaged_checkpoint_named(tmp_path):
     trunc = tmp_path / "trunc.pt"
     torch.save({"w": torch.zeros(1000)}, trunc)
     trunc.write_bytes(trunc.read_bytes()[:300])
-    with pytest.raises(CheckpointError, match=r"trunc.pt: damaged or unsafe checkpoint, not loadable with weights_only=True \(RuntimeError: \S"):
+    with pytest.raises(CheckpointError, match=r"trunc.pt: damaged or unsafe checkpoint, not loadable with "
+                                              r"weights_only=True \(RuntimeError: \S"):
         load_checkpoint(trunc)
 
 
@@ -322,3 +324,32 @@ def test_claim_sub_experiments_log_progress(caplog):
         block_numerics.deep_stack(p)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("deep stack experiments:")]
     assert len(lines) == 3 * len(p["deep_stack"]["seeds"]) and all("ETA" in l for l in lines), lines
+
+
+# --- the README's snakemake commands run as written (dry run) ----------------------------------------------------
+
+def _readme_snakemake_commands() -> list[list[str]]:
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    cmds = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            line = re.sub(r"<[^>]+>", "test-hw", line)  # placeholders such as <compute-node id>
+            words = shlex.split(line, comments=True)
+            if "&&" in words:
+                words = words[words.index("&&") + 1:]
+            if words and words[0] == ".venv/bin/snakemake":
+                cmds.append(words[1:])
+    return cmds
+
+
+def test_readme_snakemake_examples_dry_run(tmp_path):
+    cmds = _readme_snakemake_commands()
+    assert len(cmds) >= 8 and any("overrides=" in " ".join(c) for c in cmds)
+    for args in cmds:
+        if "--report" in args:  # needs a finished run; the tiny end-to-end test builds one
+            continue
+        r = smk(*args, "-n", "--directory", str(tmp_path), cwd=tmp_path, timeout=300)
+        assert r.returncode == 0, f"README: snakemake {' '.join(args)}\n" + r.stdout[-2000:] + r.stderr[-2000:]

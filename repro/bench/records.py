@@ -40,6 +40,16 @@ def atomic_temp(path: Path) -> str:
     return tmp
 
 
+def remove_stale_temps(folder: str | Path) -> list[Path]:
+    """Delete the hidden ``.<name>.*.tmp`` files that a killed writer left in ``folder`` (and below). Call it
+    where one process owns the folder (a claim's results, a training state), before writing."""
+    folder = Path(folder)
+    gone = [p for p in folder.rglob(".*.tmp") if p.is_file()] if folder.is_dir() else []
+    for p in gone:
+        p.unlink(missing_ok=True)
+    return gone
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to a temporary file, fsync, then rename: a kill leaves the old file or the new one, never
     half of one (the temporary file is hidden, ``.<name>.*.tmp``)."""
@@ -278,9 +288,10 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
     atomic_write_text(out / "metrics.csv", csv_text)
     atomic_write_json(out / "config.json", {"claim": claim, "scale": scale, "config": config})
     atomic_write_json(out / "fingerprint.json", fp)
+    integrity = {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame))}  # checked by the report
     atomic_write_json(out / "verdict.json", {**verdict, "scale": scale, "hardware": fp["hardware_id"],
                                              "commit": fp["git"]["commit"], "timestamp": fp["timestamp"],
-                                             "integrity": {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame))}})
+                                             "integrity": integrity})
     return out
 
 

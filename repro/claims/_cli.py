@@ -50,7 +50,7 @@ def main(claim: str, run: Callable, argv=None) -> int:
         rejudge(claim, args.out, args.scale)
         return 0
     from repro import config
-    from repro.bench.records import write_results
+    from repro.bench.records import remove_stale_temps, write_results
 
     try:
         if args.params:
@@ -68,6 +68,7 @@ def main(claim: str, run: Callable, argv=None) -> int:
         import torch
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(args.out)  # left by a killed earlier run
     t0 = time.time()
     log.info("%s: scale=%s params=%s", claim, args.scale, json.dumps(params))
     metrics, verdict = run(params, args.scale, args.out)

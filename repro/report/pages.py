@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 from pathlib import Path
 

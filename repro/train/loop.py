@@ -111,7 +111,7 @@ class RunConfig:
     explode_loss: float = 50.0
     budget_clock: str = "wall"  # wall | process (CPU seconds of this process / torch threads)
     progress: bool = True  # tqdm bar on stderr when stderr is a terminal
-    progress_every_s: float = 30.0  # a progress line with an ETA in the log at least this often (and every log_every)
+    progress_every_s: float = 30.0  # a log line with an ETA at least this often (and every log_every steps)
 
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
@@ -350,6 +350,10 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
     seed_everything(run_c.seed)
     identity = run_identity(opt_c, sch_c, run_c, ckpt_extra)
     st = None
+    if ckpt_path is not None:
+        from repro.bench.records import remove_stale_temps
+
+        remove_stale_temps(ckpt_path.parent)  # half-written checkpoints of a killed run
     if ckpt_path is not None and resume and ckpt_path.exists():
         st = load_checkpoint(ckpt_path, map_location=device)
         changed = _identity_changes(st, identity)

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
+from repro.bench.records import remove_stale_temps
 from repro.train.loop import CKPT_NAME, configs_from_params, load_checkpoint, train, write_summary
 
 log = logging.getLogger("repro.train")
@@ -160,6 +161,7 @@ def train_from_params(params: Mapping, tokenizer_path: str | Path, out_dir: str 
     out = Path(out_dir)
     work = Path(work_dir) if work_dir else out
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out)  # a killed run's half-written copies (the state folder is tidied by train())
     sec = params["lm"] if kind == "lm" else params
     tr = sec["training"]
     device = params.get("device", "cpu")
