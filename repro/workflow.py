@@ -16,7 +16,7 @@ TRANSLATION_CLAIMS = {"head_pruning", "layer_pruning", "warmup_stability"}
 
 
 class Run:
-    def __init__(self, config: dict, basedir: str | Path):
+    def __init__(self, config: dict, basedir: str | Path, main_process: bool = True):
         from snakemake.exceptions import WorkflowError
 
         self._error = WorkflowError
@@ -37,7 +37,8 @@ class Run:
         self.basedir = Path(basedir)
         self.claims_with_workflow = [c for c in registry.claim_ids()
                                      if (self.basedir / "workflows" / f"{c}.smk").exists()]
-        self.check_results()
+        if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
+            self.check_results()
 
     def check_results(self) -> None:
         """Before the DAG is built (issue 15): a page whose results are gone (an interrupted --forcerun, where
@@ -45,7 +46,7 @@ class Run:
         reruns instead of "Nothing to be done"; damaged results (unreadable verdict.json, a metrics.csv that
         does not match its integrity record) stop the run here, naming the file, before any job removes the
         page built from them."""
-        from repro.bench.records import ResultsError, read_metrics, read_verdict
+        from repro.bench.records import ResultsError, check_results
 
         for claim in self.cfg["claims"]:
             if claim not in self.claims_with_workflow:
@@ -58,8 +59,7 @@ class Run:
                           f"(interrupted run?); claim_{claim} will rerun", file=sys.stderr)
                 continue
             try:
-                read_verdict(res / "verdict.json")
-                read_metrics(res)  # parsed, and checked against the verdict's integrity record
+                check_results(res)  # verdict readable, metrics.csv matching its integrity record
             except ResultsError as exc:
                 raise self._error(f"damaged results: {exc}. The page {page} is kept; move {res} aside to rerun "
                                   f"{claim}.") from None

@@ -351,5 +351,5 @@ def test_readme_snakemake_examples_dry_run(tmp_path):
     for args in cmds:
         if "--report" in args:  # needs a finished run; the tiny end-to-end test builds one
             continue
-        r = smk(*args, "-n", "--directory", str(tmp_path), cwd=tmp_path, timeout=300)
+        r = smk(*args, "-n", "--directory", str(tmp_path), cwd=ROOT, timeout=300)  # profiles/ is relative
         assert r.returncode == 0, f"README: snakemake {' '.join(args)}\n" + r.stdout[-2000:] + r.stderr[-2000:]

@@ -352,6 +352,36 @@ def check_integrity(path: str | Path, verdict: Mapping | None = None) -> None:
                            f"recorded in verdict.json ({rec['rows']} rows recorded); rerun the claim")
 
 
+REQUIRED_COLUMNS = ("claim", "metric", "value", "sweep")
+
+
+def _missing_columns(csv_path: Path, columns) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ResultsError(f"{csv_path}: damaged, no {missing[0]!r} column (has: {', '.join(map(str, columns))})"
+                           "; rerun the claim")
+
+
+def check_results(folder: str | Path) -> dict:
+    """A quick check of a claim's results folder before a workflow runs: verdict.json readable, metrics.csv
+    matching its integrity record (older results without one: a readable header). Returns the verdict."""
+    folder = Path(folder)
+    v = read_verdict(folder / "verdict.json")
+    csv_path = folder / "metrics.csv"
+    if (v.get("integrity") or {}).get("metrics.csv"):
+        check_integrity(csv_path, v)
+        return v
+    try:
+        with open(csv_path, encoding="utf-8") as fh:
+            header = fh.readline().strip()
+    except FileNotFoundError:
+        raise ResultsError(f"{csv_path}: missing (rerun the claim)") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{csv_path}: damaged, not text ({exc}); rerun the claim") from None
+    _missing_columns(csv_path, header.split(",") if header else [])
+    return v
+
+
 def read_metrics(path: str | Path, verify: bool = True):
     """Load a metrics.csv (or a folder holding one) with the sweep column parsed back into dicts. With ``verify``
     the file is first checked against its verdict.json integrity record. Damage raises ResultsError naming the
@@ -368,10 +398,7 @@ def read_metrics(path: str | Path, verify: bool = True):
         raise ResultsError(f"{csv_path}: missing (rerun the claim)") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{csv_path}: damaged, not a readable CSV ({exc}); rerun the claim") from None
-    missing = [c for c in ("claim", "metric", "value", "sweep") if c not in frame.columns]
-    if missing:
-        raise ResultsError(f"{csv_path}: damaged, no {missing[0]!r} column (has: {', '.join(map(str, frame.columns))})"
-                           "; rerun the claim")
+    _missing_columns(csv_path, list(frame.columns))
 
     def sweep(s):
         if not isinstance(s, str):
