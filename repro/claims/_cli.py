@@ -107,7 +107,7 @@ def rejudge(claim: str, out: Path, scale: str) -> dict:
     context = {k: old[k] for k in ("load",) if k in old}
     verdict = module.judge(rows, params, scale, **context)
     fp = fingerprint()
-    keep = {k: old[k] for k in ("scale", "hardware", "commit", "timestamp", "runtime_s") if k in old}
+    keep = {k: old[k] for k in ("scale", "hardware", "commit", "timestamp", "runtime_s", "integrity") if k in old}
     verdict = {**verdict, **keep, "rejudged": {"commit": fp["git"]["commit"], "dirty": fp["git"].get("dirty"),
                                                "timestamp": fp["timestamp"], "previous_verdict": old.get("verdict")}}
     atomic_write_json(out / "verdict.json", verdict)
