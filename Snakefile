@@ -13,7 +13,7 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config/config.yaml"
 
 
-W = Run(config, workflow.basedir)
+W = Run(config, workflow.basedir, main_process=workflow.is_main_process)
 
 
 include: "workflows/common.smk"

@@ -68,6 +68,109 @@ def validate(instance: Any, schema: Mapping, where: str) -> Any:
     return instance
 
 
+_JSON_TYPES = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+               "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+               "boolean": lambda v: isinstance(v, bool), "null": lambda v: v is None,
+               "array": lambda v: isinstance(v, list), "object": lambda v: isinstance(v, Mapping),
+               "string": lambda v: isinstance(v, str)}
+
+
+def _alternatives(schema: Mapping, root: Mapping) -> list[Mapping]:
+    """``schema`` and its anyOf/oneOf/allOf branches, with local ``$ref``s resolved."""
+    if not isinstance(schema, Mapping):
+        return []
+    if "$ref" in schema and str(schema["$ref"]).startswith("#/"):
+        target = root
+        for part in schema["$ref"][2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, Mapping) else {}
+        return [schema, *_alternatives(target, root)]
+    out = [schema]
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or []:
+            out += _alternatives(sub, root)
+    return out
+
+
+def coerce(value: Any, schema: Mapping | None, root: Mapping | None = None) -> Any:
+    """Snakemake parses nested ``--config`` values as strings (``seeds: [0, 1]`` arrives as ['0', '1'], ``null`` as
+    'null'): turn a string back into the number, boolean, null or list its schema asks for. Strings the schema
+    accepts as strings are left alone; anything else is left for validation to reject (naming the key)."""
+    if not isinstance(schema, Mapping):  # no schema below this key (e.g. model.block): plain YAML scalars
+        if isinstance(value, str):
+            try:
+                parsed = yaml.safe_load(value)
+            except yaml.YAMLError:
+                return value
+            return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
+        if isinstance(value, Mapping):
+            return {k: coerce(v, None, root) for k, v in value.items()}
+        if isinstance(value, list):
+            return [coerce(v, None, root) for v in value]
+        return value
+    root = schema if root is None else root
+    alts = _alternatives(schema, root)
+    if isinstance(value, str):
+        types: set[str] = set()
+        consts = []
+        for a in alts:
+            t = a.get("type")
+            types |= {t} if isinstance(t, str) else set(t or [])
+            consts += list(a.get("enum") or []) + ([a["const"]] if "const" in a else [])
+        if value in consts or (types <= {"string"} and not consts):
+            return value
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        if isinstance(parsed, str) and ("number" in types or "integer" in types):
+            try:  # YAML 1.1 reads 1e-4 as a string
+                parsed = float(value)
+                parsed = int(parsed) if "integer" in types and parsed.is_integer() and "." not in value else parsed
+            except ValueError:
+                return value
+        if isinstance(parsed, str):
+            return value
+        if any(_JSON_TYPES[t](parsed) for t in types if t in _JSON_TYPES) or parsed in consts:
+            return coerce(parsed, schema, root)
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            sub = None
+            for a in alts:
+                props = a.get("properties") or {}
+                if k in props:
+                    sub = props[k]
+                    break
+                if isinstance(a.get("additionalProperties"), Mapping):
+                    sub = a["additionalProperties"]
+            out[k] = coerce(v, sub, root)
+        return out
+    if isinstance(value, list):
+        items = next((a["items"] for a in alts if isinstance(a.get("items"), Mapping)), None)
+        return [coerce(v, items, root) for v in value]
+    return value
+
+
+def _check_models(name: str, params: Mapping, where: str) -> None:
+    """Model-shape keys (translation.model, translation.lm.model) checked by repro.model.ModelConfig here, at
+    configuration time (the Snakefile's DAG / dry run), not when training starts after the tokenizer is built."""
+    if name != "translation":
+        return
+    from repro.model.config import ConfigError as ModelConfigError, ModelConfig
+
+    vocab = int((params.get("tokenizer") or {}).get("vocab_size") or 32000)  # the tokenizer sets the real size
+    for prefix, model in (("model.", params.get("model")), ("lm.model.", (params.get("lm") or {}).get("model"))):
+        if model is None:
+            continue
+        try:
+            ModelConfig.from_dict({**dict(model), "vocab_size": vocab, "pad_id": 0}, prefix=prefix)
+        except ModelConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        except TypeError as exc:  # e.g. block given as a list
+            raise ConfigError(f"{where}: {prefix.rstrip('.')}: {exc}") from None
+
+
 def available_sections() -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / "claims").glob("*.yaml"))
 
@@ -95,10 +198,27 @@ def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
     data = _load_yaml(path)
     if scale not in data:
         raise ConfigError(f"{path.name}: {scale}: this scale is not configured for {name}")
-    params = deep_merge(data[scale] or {}, (overrides or {}).get(name, {}))
+    schema = _schema(name)
+    override = (overrides or {}).get(name, {})
+    if schema is not None and isinstance(override, Mapping):
+        override = coerce(override, schema)
+    if not isinstance(override, Mapping):
+        raise ConfigError(f"config: overrides.{name}: expected a mapping of keys, got {override!r}")
+    params = deep_merge(data[scale] or {}, override)
+    return validate_params(name, scale, params)
+
+
+def validate_params(name: str, scale: str, params: Any) -> dict:
+    """Check the parameters of ``name`` (e.g. a ``--params`` JSON given by hand) against its schema, filling
+    defaults; raise ConfigError naming the key."""
+    where = f"{name}.yaml [{scale}]"
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of parameters, got {type(params).__name__}")
+    params = dict(params)
     schema = _schema(name)
     if schema is not None:
-        validate(params, schema, f"{path.name} [{scale}]")
+        validate(params, schema, where)
+    _check_models(name, params, where)
     return params
 
 
@@ -106,7 +226,7 @@ def load_run_config(config: Mapping) -> dict:
     """Validate the top-level run config (as Snakemake's ``config``), filling defaults; checks claim ids too."""
     from repro import registry
 
-    cfg = validate(copy.deepcopy(dict(config)), _schema("config"), "config")
+    cfg = validate(coerce(copy.deepcopy(dict(config)), _schema("config")), _schema("config"), "config")
     known = registry.claim_ids()
     claims = known if cfg["claims"] == "all" else cfg["claims"]
     bad = [c for c in claims if c not in known]

@@ -16,7 +16,7 @@ TRANSLATION_CLAIMS = {"head_pruning", "layer_pruning", "warmup_stability"}
 
 
 class Run:
-    def __init__(self, config: dict, basedir: str | Path):
+    def __init__(self, config: dict, basedir: str | Path, main_process: bool = True):
         from snakemake.exceptions import WorkflowError
 
         self._error = WorkflowError
@@ -37,6 +37,32 @@ class Run:
         self.basedir = Path(basedir)
         self.claims_with_workflow = [c for c in registry.claim_ids()
                                      if (self.basedir / "workflows" / f"{c}.smk").exists()]
+        if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
+            self.check_results()
+
+    def check_results(self) -> None:
+        """Before the DAG is built (issue 15): a page whose results are gone (an interrupted --forcerun, where
+        Snakemake removed the results but not the page downstream of them) is stale and is removed, so the claim
+        reruns instead of "Nothing to be done"; damaged results (unreadable verdict.json, a metrics.csv that
+        does not match its integrity record) stop the run here, naming the file, before any job removes the
+        page built from them."""
+        from repro.bench.records import ResultsError, check_results
+
+        for claim in self.cfg["claims"]:
+            if claim not in self.claims_with_workflow:
+                continue
+            res, page = Path(self.res) / claim, Path(self.rep) / f"{claim}.md"
+            if not (res / "verdict.json").exists():
+                if page.exists():
+                    page.unlink()
+                    print(f"repro: removed the stale page {page}: its results {res}/verdict.json are missing "
+                          f"(interrupted run?); claim_{claim} will rerun", file=sys.stderr)
+                continue
+            try:
+                check_results(res)  # verdict readable, metrics.csv matching its integrity record
+            except ResultsError as exc:
+                raise self._error(f"damaged results: {exc}. The page {page} is kept; move {res} aside to rerun "
+                                  f"{claim}.") from None
 
     def workflow_files(self) -> list[str]:
         names = ["translation", *registry.claim_ids(), "compare_hardware"]

@@ -19,13 +19,47 @@ METRIC_COLUMNS = ["claim", "metric", "unit", "value", "spread", "n", "sweep", "p
                   "published_unit", "source", "hardware", "scale"]
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    path = Path(path)
+class ResultsError(ValueError):
+    """A results file is missing, damaged or does not match its integrity record; the message names the file."""
+
+
+def umask_mode(base: int = 0o666) -> int:
+    """``base`` with the process umask applied: the mode ``open()`` would give a new file (``mkstemp`` gives 0600,
+    which colleagues on a shared filesystem cannot read)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return base & ~mask
+
+
+def atomic_temp(path: Path) -> str:
+    """A temporary file beside ``path`` (same filesystem, so ``os.replace`` is atomic) with umask permissions."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.chmod(tmp, umask_mode())
+    return tmp
+
+
+def remove_stale_temps(folder: str | Path) -> list[Path]:
+    """Delete the hidden ``.<name>.*.tmp`` files that a killed writer left in ``folder`` (and below). Call it
+    where one process owns the folder (a claim's results, a training state), before writing."""
+    folder = Path(folder)
+    gone = [p for p in folder.rglob(".*.tmp") if p.is_file()] if folder.is_dir() else []
+    for p in gone:
+        p.unlink(missing_ok=True)
+    return gone
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temporary file, fsync, then rename: a kill leaves the old file or the new one, never
+    half of one (the temporary file is hidden, ``.<name>.*.tmp``)."""
+    path = Path(path)
+    tmp = atomic_temp(path)
     try:
-        with os.fdopen(fd, "w") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -233,6 +267,9 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
     from .fingerprint import config_hash, fingerprint as make_fingerprint
 
     out = Path(out_dir)
+    # verdict.json marks a complete folder: drop the old one first, so a run killed while writing leaves no
+    # verdict beside new metrics (and the integrity record below catches any other mismatch)
+    (out / "verdict.json").unlink(missing_ok=True)
     fp = dict(fingerprint or make_fingerprint())
     fp["config_hash"] = config_hash(config)
     fp["scale"], fp["claim"] = scale, claim
@@ -247,19 +284,129 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
             row[f"sweep.{k}"] = v
         rows.append(row)
     frame = pd.DataFrame(rows, columns=None if rows else METRIC_COLUMNS)
-    atomic_write_text(out / "metrics.csv", frame.to_csv(index=False))
+    csv_text = frame.to_csv(index=False)
+    atomic_write_text(out / "metrics.csv", csv_text)
     atomic_write_json(out / "config.json", {"claim": claim, "scale": scale, "config": config})
     atomic_write_json(out / "fingerprint.json", fp)
+    integrity = {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame))}  # checked by the report
     atomic_write_json(out / "verdict.json", {**verdict, "scale": scale, "hardware": fp["hardware_id"],
-                                             "commit": fp["git"]["commit"], "timestamp": fp["timestamp"]})
+                                             "commit": fp["git"]["commit"], "timestamp": fp["timestamp"],
+                                             "integrity": integrity})
     return out
 
 
-def read_metrics(path: str | Path):
-    """Load a metrics.csv (or a folder holding one) with the sweep column parsed back into dicts."""
+def _integrity(data: bytes, rows: int) -> dict:
+    import hashlib
+
+    return {"rows": int(rows), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def read_json(path: str | Path) -> dict:
+    """A results JSON file (verdict.json, fingerprint.json, ...); a missing or damaged file raises ResultsError
+    naming it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing (rerun the claim)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: damaged, not valid JSON ({exc}); rerun the claim") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: damaged, expected a JSON object, got {type(data).__name__}; rerun the claim")
+    return data
+
+
+def read_verdict(path: str | Path) -> dict:
+    """verdict.json (or the folder holding it), checked for the keys every page needs."""
+    path = Path(path)
+    path = path / "verdict.json" if path.is_dir() else path
+    v = read_json(path)
+    missing = [k for k in ("verdict", "reason") if k not in v]
+    if missing:
+        raise ResultsError(f"{path}: damaged, no {missing[0]!r} entry; rerun the claim")
+    return v
+
+
+def check_integrity(path: str | Path, verdict: Mapping | None = None) -> None:
+    """Compare metrics.csv with the row count and sha256 its verdict.json recorded (results written before the
+    record existed are not checked). Raises ResultsError naming the file on a mismatch, e.g. a truncated file."""
+    path = Path(path)
+    csv_path = path / "metrics.csv" if path.is_dir() else path
+    if verdict is None:
+        vpath = csv_path.parent / "verdict.json"
+        if not vpath.exists():
+            return
+        verdict = read_json(vpath)
+    rec = (verdict.get("integrity") or {}).get("metrics.csv")
+    if not rec:
+        return
+    try:
+        data = csv_path.read_bytes()
+    except FileNotFoundError:
+        raise ResultsError(f"{csv_path}: missing (its verdict.json records {rec['rows']} rows); rerun the claim") \
+            from None
+    import hashlib
+
+    if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+        raise ResultsError(f"{csv_path}: damaged or changed since the run: content does not match the sha256 "
+                           f"recorded in verdict.json ({rec['rows']} rows recorded); rerun the claim")
+
+
+REQUIRED_COLUMNS = ("claim", "metric", "value", "sweep")
+
+
+def _missing_columns(csv_path: Path, columns) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ResultsError(f"{csv_path}: damaged, no {missing[0]!r} column (has: {', '.join(map(str, columns))})"
+                           "; rerun the claim")
+
+
+def check_results(folder: str | Path) -> dict:
+    """A quick check of a claim's results folder before a workflow runs: verdict.json readable, metrics.csv
+    matching its integrity record (older results without one: a readable header). Returns the verdict."""
+    folder = Path(folder)
+    v = read_verdict(folder / "verdict.json")
+    csv_path = folder / "metrics.csv"
+    if (v.get("integrity") or {}).get("metrics.csv"):
+        check_integrity(csv_path, v)
+        return v
+    try:
+        with open(csv_path, encoding="utf-8") as fh:
+            header = fh.readline().strip()
+    except FileNotFoundError:
+        raise ResultsError(f"{csv_path}: missing (rerun the claim)") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{csv_path}: damaged, not text ({exc}); rerun the claim") from None
+    _missing_columns(csv_path, header.split(",") if header else [])
+    return v
+
+
+def read_metrics(path: str | Path, verify: bool = True):
+    """Load a metrics.csv (or a folder holding one) with the sweep column parsed back into dicts. With ``verify``
+    the file is first checked against its verdict.json integrity record. Damage raises ResultsError naming the
+    file."""
     import pandas as pd
 
     path = Path(path)
-    frame = pd.read_csv(path / "metrics.csv" if path.is_dir() else path)
-    frame["sweep"] = frame["sweep"].map(lambda s: json.loads(s) if isinstance(s, str) else {})
+    csv_path = path / "metrics.csv" if path.is_dir() else path
+    if verify:
+        check_integrity(csv_path)
+    try:
+        frame = pd.read_csv(csv_path)
+    except FileNotFoundError:
+        raise ResultsError(f"{csv_path}: missing (rerun the claim)") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{csv_path}: damaged, not a readable CSV ({exc}); rerun the claim") from None
+    _missing_columns(csv_path, list(frame.columns))
+
+    def sweep(s):
+        if not isinstance(s, str):
+            return {}
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            raise ResultsError(f"{csv_path}: damaged sweep value {s[:60]!r}; rerun the claim") from None
+
+    frame["sweep"] = frame["sweep"].map(sweep)
     return frame

@@ -23,12 +23,23 @@ def setup_logging() -> None:
                         datefmt="%H:%M:%S")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--threads -3`` is refused before anything runs)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
 def main(claim: str, run: Callable, argv=None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m repro.claims.{claim}", description=(run.__doc__ or "").strip())
     parser.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
     parser.add_argument("--out", required=True, type=Path, help="results folder for this claim")
     parser.add_argument("--params", help="JSON parameters (default: config/claims/<claim>.yaml at --scale)")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads (>= 1)")
     parser.add_argument("--rejudge", action="store_true",
                         help="re-apply this commit's verdict rule (judge) to the measurements already in --out "
                              "(metrics.csv, config.json); nothing is measured again, and verdict.json records both "
@@ -39,19 +50,25 @@ def main(claim: str, run: Callable, argv=None) -> int:
         rejudge(claim, args.out, args.scale)
         return 0
     from repro import config
-    from repro.bench.records import write_results
+    from repro.bench.records import remove_stale_temps, write_results
 
-    if args.params:
-        try:
-            params = json.loads(args.params)
-        except json.JSONDecodeError as exc:
-            parser.error(f"--params: not valid JSON ({exc})")
-    else:
-        params = config.section(claim, args.scale)
+    try:
+        if args.params:
+            try:
+                params = json.loads(args.params)
+            except json.JSONDecodeError as exc:
+                parser.error(f"--params: not valid JSON ({exc})")
+            # checked like the config files (a hand-written '{}' names the first missing key, not a KeyError later)
+            params = config.validate_params(claim, args.scale, params)
+        else:
+            params = config.section(claim, args.scale)
+    except config.ConfigError as exc:
+        parser.error(f"--params: {exc}")
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(args.out)  # left by a killed earlier run
     t0 = time.time()
     log.info("%s: scale=%s params=%s", claim, args.scale, json.dumps(params))
     metrics, verdict = run(params, args.scale, args.out)
@@ -90,7 +107,7 @@ def rejudge(claim: str, out: Path, scale: str) -> dict:
     context = {k: old[k] for k in ("load",) if k in old}
     verdict = module.judge(rows, params, scale, **context)
     fp = fingerprint()
-    keep = {k: old[k] for k in ("scale", "hardware", "commit", "timestamp", "runtime_s") if k in old}
+    keep = {k: old[k] for k in ("scale", "hardware", "commit", "timestamp", "runtime_s", "integrity") if k in old}
     verdict = {**verdict, **keep, "rejudged": {"commit": fp["git"]["commit"], "dirty": fp["git"].get("dirty"),
                                                "timestamp": fp["timestamp"], "previous_verdict": old.get("verdict")}}
     atomic_write_json(out / "verdict.json", verdict)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from repro.bench.records import check, gate, gated, metric, setup_table, verdict_from_checks
 from repro.model import BlockConfig, EncoderModel, ModelConfig, make_norm
 from repro.model.ffn import ACTIVATIONS
+from repro.progress import Progress
 
 CLAIM = "block_numerics"
 log = logging.getLogger("repro.block_numerics")
@@ -99,23 +100,29 @@ def train_copy_task(p: dict, layers: int, residual: bool, seed: int) -> tuple[fl
     opt = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=p["lr"])
     gen = torch.Generator().manual_seed(1000 + seed)
     losses = []
+    steps = Progress(f"deep stack {layers} layers, residual={residual}, seed {seed}", p["steps"], "steps",
+                     every_s=30.0, logger=log)
     for _ in range(p["steps"]):
         x = torch.randint(1, p["vocab"], (p["batch"], p["seq_len"]), generator=gen)
         loss = F.cross_entropy(head(model(x)).flatten(0, 1), x.flatten())
         opt.zero_grad(); loss.backward(); opt.step()
         losses.append(loss.item())
+        steps.update(note=f"loss {losses[-1]:.3f}")
     k = max(1, len(losses) // 10)
     return sum(losses[:k]) / k, sum(losses[-k:]) / k
 
 
 def deep_stack(params) -> list[dict]:
     p, rows = params["deep_stack"], []
-    for name, layers, residual in (("shallow_plain", p["shallow_layers"], False), ("deep_plain", p["deep_layers"], False),
-                                   ("deep_residual", p["deep_layers"], True)):
+    stacks = (("shallow_plain", p["shallow_layers"], False), ("deep_plain", p["deep_layers"], False),
+              ("deep_residual", p["deep_layers"], True))
+    # the sub-experiments weighted by their layer count, so the ETA reflects the deep stacks' cost
+    done = Progress("deep stack experiments", sum(n for _, n, _ in stacks) * len(p["seeds"]), "layer-runs", logger=log)
+    for name, layers, residual in stacks:
         for seed in p["seeds"]:
             first, last = train_copy_task(p, layers, residual, seed)
-            log.info("deep stack %s (%d layers, residual=%s, seed %d): loss %.3f -> %.3f", name, layers, residual,
-                     seed, first, last)
+            done.update(layers, note=f"{name} ({layers} layers, residual={residual}, seed {seed}): "
+                                     f"loss {first:.3f} -> {last:.3f}")
             rows.append(metric(CLAIM, "copy_task_final_loss_ratio", last / math.log(p["vocab"]), "ratio",
                                published_key="deep_plain_stack_degrades" if name == "deep_plain" else None,
                                stack=name, layers=layers, residual=residual, seed=seed))

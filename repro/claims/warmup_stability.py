@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from repro.bench.records import atomic_write_json, check, metric, verdict_from_checks
+from repro.progress import Progress
 
 CLAIM = "warmup_stability"
 log = logging.getLogger("repro.warmup_stability")
@@ -412,6 +413,8 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
         if old.get("params_key") == key:
             done = {s["name"]: s for s in old["runs"] if (out / "curves" / f"{s['name']}.csv").exists()}
     summaries = []
+    kept = [r for r in plan if r["name"] in done]
+    runs = Progress("warmup_stability training runs", len(plan), "runs", logger=log, done=len(kept))
     for i, r in enumerate(plan):
         if r["name"] in done:
             log.info("run %d/%d: %s already finished (runs.json); kept", i + 1, len(plan), r["name"])
@@ -420,6 +423,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
         log.info("run %d/%d: %s (groups %s)", i + 1, len(plan), r["name"], ",".join(r["groups"]))
         summaries.append(train_one(params, r, tok, enc, test, out, device))
         atomic_write_json(out / "runs.json", {"tokenizer": tok_path, "params_key": key, "runs": summaries})
+        runs.update(note=r["name"])
     rows = rows_from_summaries(summaries, params)
     return rows, judge(rows, params, scale)
 

@@ -268,11 +268,17 @@ def _check_norm_args(x, weight, bias, eps, name):
     check_device(x, weight, bias)
 
 
+def _dense(p: torch.Tensor | None) -> torch.Tensor | None:
+    """The kernels read ``W + cols`` (unit stride): a strided view (``w[::2]``) is copied first. ``contiguous``
+    is differentiable, so the gradient still reaches the viewed parameter."""
+    return p if p is None or p.is_contiguous() else p.contiguous()
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dim of ``x`` (any leading dims); ``weight`` (N,) or None.
     Differentiable in ``x`` and ``weight``; fp32 statistics; returns x's dtype and shape."""
     _check_norm_args(x, weight, None, eps, "rms_norm")
-    return _NormFunction.apply(x, weight, None, eps, True)
+    return _NormFunction.apply(x, _dense(weight), None, eps, True)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -280,7 +286,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     """LayerNorm over the last dim of ``x``; ``weight``/``bias`` (N,) or None.
     Differentiable in ``x``, ``weight`` and ``bias``; fp32 statistics; returns x's dtype and shape."""
     _check_norm_args(x, weight, bias, eps, "layer_norm")
-    return _NormFunction.apply(x, weight, bias, eps, False)
+    return _NormFunction.apply(x, _dense(weight), _dense(bias), eps, False)
 
 
 def _hidden(normalized_shape) -> int:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from repro.bench.records import ResultsError
 
 from .pages import claim_page, index_page
 
@@ -21,10 +24,14 @@ def main(argv=None) -> int:
     i.add_argument("--scale", required=True)
     i.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    if args.cmd == "claim":
-        claim_page(args.claim, args.results, args.page, args.figures)
-    else:
-        index_page(args.results_root, args.reports_root, args.hardware, args.scale, args.out)
+    try:
+        if args.cmd == "claim":
+            claim_page(args.claim, args.results, args.page, args.figures)
+        else:
+            index_page(args.results_root, args.reports_root, args.hardware, args.scale, args.out)
+    except ResultsError as exc:  # a damaged results file: its name and what to do, no traceback; old page kept
+        print(f"python -m repro.report {args.cmd}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

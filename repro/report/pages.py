@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 from pathlib import Path
 
 import pandas as pd
 
 from repro import registry
-from repro.bench.records import atomic_write_text, read_metrics
+from repro.bench.records import atomic_write_text, read_json, read_metrics, read_verdict
 
 log = logging.getLogger("repro.report")
 
@@ -56,9 +55,9 @@ def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, fig_dir: Pa
 def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: str | Path) -> Path:
     """Write the claim's page: verdict, checks, measured vs published, figures, fingerprint."""
     results_dir, page, fig_dir = Path(results_dir), Path(page), Path(fig_dir)
-    verdict = json.loads((results_dir / "verdict.json").read_text())
-    fp = json.loads((results_dir / "fingerprint.json").read_text())
-    metrics = read_metrics(results_dir)
+    verdict = read_verdict(results_dir / "verdict.json")  # damaged files raise ResultsError naming the file
+    fp = read_json(results_dir / "fingerprint.json")
+    metrics = read_metrics(results_dir)  # checked against verdict.json's integrity record (row count, sha256)
     info = registry.claim(claim)
     figures = make_plots(claim, metrics, results_dir, fig_dir)
     lines = [f"# {info['code']} {claim}: {info['title']}", "", f"> {info['statement'].strip()}", "",
@@ -103,7 +102,7 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
         info = registry.claim(claim)
         vpath = res / claim / "verdict.json"
         if vpath.exists():
-            v = json.loads(vpath.read_text())
+            v = read_verdict(vpath)
             reason = v["reason"].replace("|", "/").replace("\n", " ")
             rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
                          "verdict": f"**{v['verdict']}**", "reason": reason[:400] + ("..." if len(reason) > 400 else ""),

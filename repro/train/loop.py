@@ -32,7 +32,6 @@ import math
 import os
 import random
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -44,6 +43,11 @@ import torch.nn.functional as F
 
 log = logging.getLogger("repro.train")
 CKPT_NAME = "checkpoint_last.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be loaded (empty, truncated, not a checkpoint, or refused by the safe loader); the
+    message names the file."""
 
 
 class TrainConfigError(ValueError):
@@ -107,6 +111,7 @@ class RunConfig:
     explode_loss: float = 50.0
     budget_clock: str = "wall"  # wall | process (CPU seconds of this process / torch threads)
     progress: bool = True  # tqdm bar on stderr when stderr is a terminal
+    progress_every_s: float = 30.0  # a log line with an ETA at least this often (and every log_every steps)
 
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
@@ -216,16 +221,64 @@ def _set_rng_state(s: dict) -> None:
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     """``torch.save`` to a temporary file in the same folder, then rename: a crash never leaves half a file."""
+    from repro.bench.records import atomic_temp
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = atomic_temp(path)  # umask permissions, like every results file
     try:
         torch.save(state, tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# RunConfig keys that change how a run is logged or checkpointed, not what it computes
+COSMETIC_KEYS = frozenset({"log_every", "progress", "progress_every_s", "ckpt_every_steps", "ckpt_every_minutes"})
+
+
+def run_identity(opt_c: OptimConfig, sch_c: ScheduleConfig, run_c: RunConfig, ckpt_extra: Mapping | None) -> dict:
+    """What a run computes: optimizer, schedule, run limits and the caller's ``ckpt_extra`` (model config, data,
+    tokenizer; the ``params`` blob is left out because it also holds unrelated sections). A saved state whose
+    identity differs is never resumed."""
+    extra = dict(ckpt_extra or {})
+    extra.pop("params", None)
+    ident = {"optimizer": asdict(opt_c), "schedule": asdict(sch_c),
+             "run": {k: v for k, v in asdict(run_c).items() if k not in COSMETIC_KEYS}, "extra": extra}
+    return json.loads(json.dumps(ident, sort_keys=True, default=str))  # tuples -> lists, as when saved
+
+
+def _flat(d, prefix="") -> dict:
+    if isinstance(d, Mapping):
+        out = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): d}
+
+
+def _identity_changes(st: Mapping, identity: dict) -> list[str]:
+    """Dotted keys whose saved value differs from this run's (old checkpoints without an identity record are
+    compared on the optimizer and run settings they stored)."""
+    if "identity" in st:
+        old = json.loads(st["identity"])
+    else:
+        old = {"optimizer": st.get("optim_cfg"),
+               "run": {k: v for k, v in (st.get("run_cfg") or {}).items() if k not in COSMETIC_KEYS}}
+        old = json.loads(json.dumps(old, default=str))
+        identity = {k: identity[k] for k in ("optimizer", "run")}
+    a, b = _flat(old), _flat(identity)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, "<unset>") != b.get(k, "<unset>"))
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a state that must not be resumed to ``<name>.stale.pt`` (replacing an older one), so it is kept
+    for inspection rather than deleted, and never picked up again."""
+    stale = path.with_name(path.stem + ".stale" + path.suffix)
+    os.replace(path, stale)
+    return stale
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
@@ -233,7 +286,15 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: checkpoint not found")
-    return torch.load(path, map_location=map_location, weights_only=True)
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: damaged checkpoint: the file is empty (delete it, or move it aside, to "
+                              "train afresh)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # EOFError, UnpicklingError (also the safe loader's refusal), RuntimeError (zip)
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail from the loader"
+        raise CheckpointError(f"{path}: damaged or unsafe checkpoint, not loadable with weights_only=True "
+                              f"({type(exc).__name__}: {detail})") from exc
 
 
 def write_curve_csv(path: str | Path, curve: list[dict], valid_curve: list[dict]) -> None:
@@ -287,8 +348,21 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
     valid_curve: list[dict] = []
     resumed_from = None
     seed_everything(run_c.seed)
+    identity = run_identity(opt_c, sch_c, run_c, ckpt_extra)
+    st = None
+    if ckpt_path is not None:
+        from repro.bench.records import remove_stale_temps
+
+        remove_stale_temps(ckpt_path.parent)  # half-written checkpoints of a killed run
     if ckpt_path is not None and resume and ckpt_path.exists():
         st = load_checkpoint(ckpt_path, map_location=device)
+        changed = _identity_changes(st, identity)
+        if changed:
+            stale = set_aside(ckpt_path)
+            log.warning("%s was trained with another configuration (changed: %s): starting afresh; the old state "
+                        "is kept as %s", ckpt_path, ", ".join(changed[:8]), stale)
+            st = None
+    if st is not None:
         model.load_state_dict(st["model"])
         optimizer.load_state_dict(st["optimizer"])
         step, epoch, pos_in_epoch = st["step"], st["epoch"], st["pos_in_epoch"]
@@ -310,7 +384,8 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
                 "train_tokens": n_tokens, "wall_s": wall_prev + time.perf_counter() - wall0, "curve": curve,
                 "valid_curve": valid_curve, "rng": _rng_state(),
                 "finished": finished, "stop_reason": stop_reason, "diverged_step": diverged_step,
-                "optim_cfg": asdict(opt_c), "run_cfg": asdict(run_c), **(dict(ckpt_extra or {}))}
+                "optim_cfg": asdict(opt_c), "run_cfg": asdict(run_c), **(dict(ckpt_extra or {})),
+                "identity": json.dumps(identity, sort_keys=True, default=str)}
 
     def checkpoint(**kw):
         if ckpt_path is not None:
@@ -334,6 +409,9 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
         from tqdm import tqdm
         bar = tqdm(total=run_c.max_steps, initial=step, file=sys.stderr, unit="upd", dynamic_ncols=True)
 
+    from repro.progress import Progress
+
+    progress = Progress("training", run_c.max_steps, "steps", run_c.progress_every_s, log, done=step)
     model.train()
     stop_reason, diverged_step = None, None
     calls = 0
@@ -343,9 +421,10 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
     wall0 = time.perf_counter()
     while stop_reason is None:
         batches = iter(train_batches_fn(epoch))
-        for _ in range(pos_in_epoch):  # skip batches already used before a resume
-            next(batches, None)
-        got_any = False
+        # skip batches already used before a resume; a checkpoint written on an epoch's last batch skips them
+        # all, which is a finished epoch (not an empty training set)
+        skipped = sum(1 for _ in zip(range(pos_in_epoch), batches))
+        got_any = skipped > 0
         for batch in batches:
             got_any = True
             if run_c.max_steps is not None and step >= run_c.max_steps:
@@ -388,6 +467,7 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
                 break
             optimizer.step()
             step += 1
+            progress.done = step
             pos_in_epoch += 1
             calls += 1
             n_tokens += ntok
@@ -400,11 +480,16 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{lval:.3f}", lr=f"{lr:.2e}")
-            if step % run_c.log_every == 0:
-                now = time.perf_counter()
-                log.info("step %d ep %d: loss %.4f lr %.3e gnorm %.2f %.0f tok/s %.1f min", step, epoch,
-                         window["loss"] / window["n"], lr, gn, window["tok"] / max(now - window["t"], 1e-9),
-                         elapsed / 60)
+            now = time.perf_counter()
+            if step % run_c.log_every == 0 or time.monotonic() - progress.last >= run_c.progress_every_s:
+                # one line per log window (or per progress_every_s): loss, speed and an ETA (tail -f the job log)
+                eta = progress.eta_s()
+                if run_c.max_minutes is not None:
+                    left = max(run_c.max_minutes * 60 - elapsed, 0.0)
+                    eta = left if eta is None else min(eta, left)
+                note = (f"ep {epoch} loss {window['loss'] / window['n']:.4f} lr {lr:.3e} gnorm {gn:.2f} "
+                        f"{window['tok'] / max(now - window['t'], 1e-9):.0f} tok/s")
+                progress.update(0, note=note, eta_s=eta, force=True)
                 window = {"loss": 0.0, "tok": 0, "t": now, "n": 0}
             if step % run_c.valid_every == 0:
                 t0, c0 = time.perf_counter(), clock()

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
+from repro.bench.records import remove_stale_temps
 from repro.train.loop import CKPT_NAME, configs_from_params, load_checkpoint, train, write_summary
 
 log = logging.getLogger("repro.train")
@@ -160,6 +161,7 @@ def train_from_params(params: Mapping, tokenizer_path: str | Path, out_dir: str 
     out = Path(out_dir)
     work = Path(work_dir) if work_dir else out
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out)  # a killed run's half-written copies (the state folder is tidied by train())
     sec = params["lm"] if kind == "lm" else params
     tr = sec["training"]
     device = params.get("device", "cpu")
@@ -178,7 +180,10 @@ def train_from_params(params: Mapping, tokenizer_path: str | Path, out_dir: str 
     log.info("%s model: %.2fM parameters, config %s", kind, n_params / 1e6, json.dumps(sec["model"]))
     opt, sched, run = configs_from_params(tr)
     extra = {"kind": kind, "model_cfg": model.cfg.to_dict(), "tokenizer": str(Path(tokenizer_path).resolve()),
-             "bos_id": tok.bos_id, "eos_id": tok.eos_id, "pad_id": tok.pad_id, "params": json.dumps(params)}
+             "bos_id": tok.bos_id, "eos_id": tok.eos_id, "pad_id": tok.pad_id, "params": json.dumps(params),
+             # what the batches depend on beyond the optimizer/run settings (compared before resuming a state)
+             "data": json.dumps({"corpus": params["corpus"], "max_tokens": tr["max_tokens"], "max_len": tr["max_len"],
+                                 "seed": tr["seed"], "train_pairs": len(enc["train"])}, sort_keys=True)}
     res = train(model, batches_fn(enc["train"], tr["max_tokens"], tr["seed"]),
                 valid_batches(enc["valid"], tr["max_tokens"]), opt, sched, run, ckpt_dir=work,
                 curve_path=out / "curve.csv", resume=resume, device=device, stop_after_steps=stop_after_steps,

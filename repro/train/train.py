@@ -30,7 +30,11 @@ def main(argv=None) -> int:
     from repro import config
     from repro.train.pipeline import train_from_params
 
-    params = json.loads(a.params) if a.params else config.section("translation", a.scale)
+    try:
+        params = (config.validate_params("translation", a.scale, json.loads(a.params)) if a.params
+                  else config.section("translation", a.scale))
+    except (json.JSONDecodeError, config.ConfigError) as exc:
+        ap.error(f"--params: {exc}")
     a.out.mkdir(parents=True, exist_ok=True)
     if params.get("fairseq_checkpoint") and not a.lm:
         from repro.train.fairseq_import import import_to_checkpoint
@@ -42,8 +46,14 @@ def main(argv=None) -> int:
         return 0
     if not a.tokenizer:
         ap.error("--tokenizer is required unless fairseq_checkpoint is set")
-    res = train_from_params(params, a.tokenizer, a.out, kind="lm" if a.lm else "encdec", resume=not a.no_resume,
-                            stop_after_steps=a.stop_after_steps, work_dir=a.work)
+    from repro.train.loop import CheckpointError
+
+    try:
+        res = train_from_params(params, a.tokenizer, a.out, kind="lm" if a.lm else "encdec", resume=not a.no_resume,
+                                stop_after_steps=a.stop_after_steps, work_dir=a.work)
+    except CheckpointError as exc:  # names the damaged file; nothing is deleted
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(res.summary()), file=sys.stderr)
     return 0
 
