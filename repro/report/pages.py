@@ -83,7 +83,10 @@ def _fingerprint_lines(fp: dict) -> list[str]:
 
 
 def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, fig_dir: Path) -> list[tuple[str, str]]:
+    from repro.report.plots import theme
+
     fig_dir.mkdir(parents=True, exist_ok=True)
+    theme()  # one visual convention for every claim's figures (repro/report/plots/__init__.py)
     try:
         module = importlib.import_module(f"repro.report.plots.{claim}")
     except ModuleNotFoundError as exc:
