@@ -90,6 +90,18 @@ def test_history_flag_from_git(tmp_path):
     (cell,) = matrix.flag_cells(matrix.read_cells(root))
     assert [f.kind for f in cell.flags] == ["history"]
     assert matrix.flag_cells(matrix.read_cells(root), history=False)[0].flags == []
+    # re-judged (python -m repro.claims.<id> --rejudge): same measurements, another rule, another verdict
+    vpath = root / "cpu-a" / "default" / "rank_collapse" / "verdict.json"
+    v = json.loads(vpath.read_text())
+    v["checks"][0]["passed"] = True
+    v.update(verdict="partially", rejudged={"commit": "3333333cccc", "timestamp": "2026-12-01T00:00:00+00:00",
+                                            "previous_verdict": "not_reproduced"})
+    vpath.write_text(json.dumps(v))
+    (cell,) = matrix.flag_cells(matrix.read_cells(root))
+    (flag,) = cell.flags
+    assert flag.other_verdict == "not_reproduced" and "commit 2222222" in flag.against
+    assert flag.flipped == ["headline holds: holds now, fails then"] and "re-judged at 3333333" in flag.changed
+    assert cell.commit_text() == "2222222, re-judged at 3333333"
 
 
 def test_page_renders_the_verdict_contract(tmp_path):
@@ -104,7 +116,9 @@ def test_page_renders_the_verdict_contract(tmp_path):
                 meaning="Cannot say whether attention collapses at this scale.",
                 gates=[{"name": "control model learned", "passed": True, "measured": "BLEU 20", "required": "> 5"}],
                 setup=[{"aspect": "depth", "paper": "48 layers", "this_run": "12 layers"}],
-                load={"loadavg_before": 0.5, "loadavg_after": 1.25})
+                load={"loadavg_before": 0.5, "loadavg_after": 1.25},
+                rejudged={"commit": "abcdef123456", "timestamp": "2026-12-01T00:00:00+00:00",
+                          "previous_verdict": "partially"})
     write_results(res, claim=claim, scale="default", metrics=[metric(claim, "x", 1.0, "ratio")],
                   verdict=verdict(claim, "not_applicable", "placeholder"), config={}, fingerprint=_fp("hw"))
     (res / "verdict.json").write_text(json.dumps({**v, "scale": "default", "hardware": "hw"}))
@@ -113,7 +127,8 @@ def test_page_renders_the_verdict_contract(tmp_path):
     md, html = page.read_text(), page.with_suffix(".html").read_text()
     for text in ("Verdict: **inconclusive**", "## What this verdict means", "Cannot say whether attention collapses",
                  "## Gates", "control model learned", "## Setup beside the paper", "48 layers", "12 layers",
-                 "[1.2, 2.6] (95% CI)", "spread too wide", "**headline**", "undecided", "loadavg_after 1.25"):
+                 "[1.2, 2.6] (95% CI)", "spread too wide", "**headline**", "undecided", "loadavg_after 1.25",
+                 "Re-judged: this verdict was computed by the rule at commit `abcdef1234`", "was **partially**"):
         assert text in md, text
     assert '<h2 class="verdict">Verdict: <strong>inconclusive</strong>' in html and "Setup beside the paper" in html
     assert "spread too wide" in html

@@ -82,6 +82,20 @@ class Cell:
     def commit(self) -> str:
         return str(self.verdict.get("commit") or (self.fingerprint.get("git") or {}).get("commit") or "")
 
+    def commit_text(self) -> str:
+        """'abc1234' (measured and judged there) or 'abc1234, re-judged at def5678'."""
+        text = self.commit()[:7]
+        rejudged = self.verdict.get("rejudged")
+        if isinstance(rejudged, dict) and rejudged.get("commit"):
+            text += f", re-judged at {str(rejudged['commit'])[:7]}"
+        return text
+
+
+def judgement(verdict: dict) -> tuple:
+    """What identifies one judgement of one run: the measurement's timestamp and, when re-judged, the re-judging's."""
+    rejudged = verdict.get("rejudged") if isinstance(verdict.get("rejudged"), dict) else {}
+    return verdict.get("timestamp"), rejudged.get("timestamp")
+
 
 def software(fp: dict) -> dict:
     """torch, triton, CUDA and python versions of a fingerprint.json (None where absent)."""
@@ -146,13 +160,13 @@ def _git(cwd: Path, *args: str) -> str | None:
 
 
 def previous_run(cell: Cell) -> tuple[dict, dict] | None:
-    """(verdict, fingerprint) of the run before the current one, from the git history of its verdict.json: the
-    newest committed version whose timestamp differs from the current file's. None without git history."""
+    """(verdict, fingerprint) of the judgement before the current one, from the git history of its verdict.json: the
+    newest committed version from another run or another re-judging (:func:`judgement`). None without history."""
     folder = cell.path.parent
     shas = _git(folder, "log", "--format=%H", "--", "verdict.json")
     if not shas:
         return None
-    now = cell.verdict.get("timestamp")
+    now = judgement(cell.verdict)
     for sha in shas.split():
         text = _git(folder, "show", f"{sha}:./verdict.json")
         if text is None:
@@ -161,7 +175,7 @@ def previous_run(cell: Cell) -> tuple[dict, dict] | None:
             then = json.loads(text)
         except json.JSONDecodeError:
             continue
-        if then.get("timestamp") != now:
+        if judgement(then) != now:
             fp_text = _git(folder, "show", f"{sha}:./fingerprint.json")
             try:
                 fp = json.loads(fp_text) if fp_text else {}
@@ -195,9 +209,13 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
             if status != c.status:
                 commit = str(then.get("commit") or (fp.get("git") or {}).get("commit") or "")
                 when = f"the run of {then.get('timestamp', '?')}" + (f" (commit {commit[:7]})" if commit else "")
+                changed = software_changes(c.fingerprint, fp, c.commit(), commit)
+                rejudged = c.verdict.get("rejudged") if isinstance(c.verdict.get("rejudged"), dict) else None
+                if rejudged and judgement(then)[0] == judgement(c.verdict)[0]:
+                    changed = "; ".join(x for x in (changed, f"same measurements, re-judged at "
+                                                              f"{str(rejudged.get('commit'))[:7]}") if x)
                 c.flags.append(Flag("history", when, c.status, status,
-                                    flipped_checks(c.verdict, then, "then", here="now"),
-                                    software_changes(c.fingerprint, fp, c.commit(), commit)))
+                                    flipped_checks(c.verdict, then, "then", here="now"), changed))
     return cells
 
 
@@ -267,7 +285,7 @@ def matrix_markdown(results_root: str | Path, reports_root: str | Path, history:
             verdict = f"[**{c.status}**]({hw}/{scale}/{claim}.md)" if page.exists() else f"**{c.status}**"
             flags = " ".join(f"**FLAG [{numbers[id(f)]}](#flags)**" for f in c.flags)
             row.append(" ".join(x for x in (verdict, flags) if x) + f"<br><sub>{_software_text(c)}; "
-                       f"commit `{c.commit()[:7]}`</sub>")
+                       f"commit `{c.commit_text()}`</sub>")
         lines.append("| " + " | ".join(row) + " |")
     flags = _flag_list(cells)
     lines += ["", "## Flags", ""]
@@ -311,7 +329,7 @@ def matrix_html(results_root: str | Path, history: bool = True, link=None) -> st
             if href:
                 verdict = f'<a href="{href}">{verdict}</a>'
             out.append(f'<td class="v-{esc(c.status)}">{verdict}{flags}'
-                       f"<br><small>{esc(_software_text(c))}; commit {esc(c.commit()[:7])}</small></td>")
+                       f"<br><small>{esc(_software_text(c))}; commit {esc(c.commit_text())}</small></td>")
         out.append("</tr>")
     out.append("</tbody></table>")
     flags = _flag_list(cells)

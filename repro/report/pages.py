@@ -133,6 +133,12 @@ def verdict_blocks(verdict: dict) -> list[tuple]:
         per = pd.DataFrame([{"implementation": k, "verdict": f"**{v['verdict']}**", "reason": v["reason"]}
                             for k, v in verdict["per_implementation"].items()])
         blocks += [("h2", "Verdict per implementation"), ("table", per)]
+    if isinstance(verdict.get("rejudged"), dict):
+        r = verdict["rejudged"]
+        blocks += [("p", f"Re-judged: this verdict was computed by the rule at commit `{str(r.get('commit'))[:10]}`"
+                         f"{' (dirty tree)' if r.get('dirty') else ''} on {r.get('timestamp')} from the measurements "
+                         f"of commit `{str(verdict.get('commit'))[:10]}` ({verdict.get('timestamp')}); the verdict "
+                         f"before was **{r.get('previous_verdict')}**.")]
     if isinstance(verdict.get("load"), dict) and verdict["load"]:
         blocks += [("p", "Machine load during timing: " + ", ".join(f"{k} {_fmt(v)}" for k, v in
                                                                      verdict["load"].items()))]
