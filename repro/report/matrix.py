@@ -3,7 +3,7 @@
 Reads every ``results/<hardware>/<scale>/<claim>/verdict.json`` with its ``fingerprint.json`` (one function,
 :func:`read_cells`, is the only reader) and writes ``reports/matrix.md`` (and the same table as HTML for the
 Snakemake report's landing page, :func:`matrix_html`). Each cell shows the verdict, the software behind it (torch,
-triton, CUDA, python) and the commit that measured it.
+triton, CUDA, driver, python) and the commit that measured it.
 
 A cell is **flagged** when its verdict differs
 
@@ -33,12 +33,13 @@ from pathlib import Path
 
 from repro import registry
 from repro.bench.records import atomic_write_text
+from repro.report.compare import SOFTWARE_FIELDS, software
 from repro.report.pages import inline_html
 
 log = logging.getLogger("repro.matrix")
 
 SCALES = ("tiny", "default", "paper")
-SOFTWARE = ("torch", "triton", "cuda", "python")
+SOFTWARE = SOFTWARE_FIELDS  # torch, triton, CUDA, driver, python (as in the hardware comparison)
 OUTCOME = {True: "holds", False: "fails", None: "undecided"}
 
 
@@ -95,13 +96,6 @@ def judgement(verdict: dict) -> tuple:
     """What identifies one judgement of one run: the measurement's timestamp and, when re-judged, the re-judging's."""
     rejudged = verdict.get("rejudged") if isinstance(verdict.get("rejudged"), dict) else {}
     return verdict.get("timestamp"), rejudged.get("timestamp")
-
-
-def software(fp: dict) -> dict:
-    """torch, triton, CUDA and python versions of a fingerprint.json (None where absent)."""
-    sw = fp.get("software") or {}
-    acc = (fp.get("hardware") or {}).get("accelerator") or {}
-    return {"torch": sw.get("torch"), "triton": sw.get("triton"), "cuda": acc.get("cuda"), "python": sw.get("python")}
 
 
 def read_cells(results_root: str | Path) -> list[Cell]:
