@@ -56,10 +56,10 @@ class Flag:
     def text(self) -> str:
         what = (f"**{self.verdict}** here, **{self.other_verdict}** on `{self.against}`" if self.kind == "machine"
                 else f"**{self.verdict}** now, **{self.other_verdict}** in {self.against}")
-        parts = [what, "checks flipped: " + ("; ".join(self.flipped) if self.flipped else "none by name "
-                                              "(the verdict rule changed)")]
+        parts = [what, "checks flipped: " + ("; ".join(self.flipped) if self.flipped else "none (the verdict rule "
+                                                                                              "changed)")]
         if self.changed:
-            parts.append("changed: " + self.changed)
+            parts.append(("software differs: " if self.kind == "machine" else "changed: ") + self.changed)
         return "; ".join(parts)
 
 
@@ -125,23 +125,37 @@ def _outcomes(verdict: dict) -> dict[str, bool | None]:
     return {c.get("name", "?"): c.get("passed") for c in verdict.get("checks") or []}
 
 
+def _tally(outcomes: list) -> str:
+    counts = {OUTCOME[k]: sum(1 for o in outcomes if o is k) for k in (True, False, None)}
+    return ", ".join(f"{n} {word}" for word, n in counts.items() if n)
+
+
 def flipped_checks(mine: dict, other: dict, other_name: str, here: str = "here") -> list[str]:
-    """The checks whose outcome differs between two verdicts, e.g. ``'X: holds here, fails on gpu-h100'``."""
+    """The checks whose outcome differs between two verdicts, e.g. ``'X: holds here, fails on gpu-h100'``; checks
+    present on one side only (the rule changed between the runs) are counted, not listed."""
     a, b = _outcomes(mine), _outcomes(other)
     out = [f"{name}: {OUTCOME.get(a[name], a[name])} {here}, {OUTCOME.get(b[name], b[name])} {other_name}"
            for name in a if name in b and a[name] != b[name]]
-    out += [f"{name}: only {here} ({OUTCOME.get(a[name], a[name])})" for name in a if name not in b]
-    out += [f"{name}: only {other_name} ({OUTCOME.get(b[name], b[name])})" for name in b if name not in a]
+    only_a, only_b = [a[n] for n in a if n not in b], [b[n] for n in b if n not in a]
+    if only_a:
+        out.append(f"{len(only_a)} checks only {here} ({_tally(only_a)})")
+    if only_b:
+        out.append(f"{len(only_b)} checks only {other_name} ({_tally(only_b)})")
     return out
 
 
-def software_changes(fp_now: dict, fp_then: dict, commit_now: str, commit_then: str) -> str:
-    """'torch 2.12.0 -> 2.13.0; commit 1a2b3c4 -> 5d6e7f8' for what differs between two runs."""
+def software_changes(fp_now: dict, fp_then: dict, commit_now: str, commit_then: str, other: str | None = None) -> str:
+    """What differs between two runs: 'torch 2.12.0 -> 2.13.0; commit 1a2b3c4 -> 5d6e7f8' (earlier -> now), or with
+    ``other`` (another machine) 'torch 2.13.0 here, 2.5.1 on gpu-h200; ...'."""
     now, then = software(fp_now), software(fp_then)
-    parts = [f"{k} {then.get(k) or 'none'} -> {now.get(k) or 'none'}" for k in SOFTWARE
+
+    def pair(key: str, a, b) -> str:
+        return f"{key} {b} -> {a}" if other is None else f"{key} {a} here, {b} on {other}"
+
+    parts = [pair(k, now.get(k) or "none", then.get(k) or "none") for k in SOFTWARE
              if (now.get(k) or None) != (then.get(k) or None)]
     if commit_now and commit_then and commit_now != commit_then:
-        parts.append(f"commit {commit_then[:7]} -> {commit_now[:7]}")
+        parts.append(pair("commit", commit_now[:7], commit_then[:7]))
     return "; ".join(parts)
 
 
@@ -192,7 +206,7 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
                 if o is not c and o.status != c.status:
                     c.flags.append(Flag("machine", o.hardware, c.status, o.status,
                                         flipped_checks(c.verdict, o.verdict, f"on {o.hardware}"),
-                                        software_changes(c.fingerprint, o.fingerprint, c.commit(), o.commit())))
+                                        software_changes(c.fingerprint, o.fingerprint, c.commit(), o.commit(), o.hardware)))
     if history:
         for c in cells:
             prev = previous_run(c)
