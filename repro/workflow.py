@@ -98,4 +98,15 @@ class Run:
             self.cfg["claims"])
         if (self.basedir / "workflows" / "translation.smk").exists() and uses_translation:
             extra.append(self.outputs("translation")["verdict"])
-        return self.pages() + [f"{self.rep}/index.md"] + extra
+        return self.pages() + [f"{self.rep}/index.md", self.matrix()] + extra
+
+    def matrix(self) -> str:
+        """reports/matrix.md: the verdict matrix of every machine and scale (rule matrix, repro/report/matrix.py)."""
+        return f"{self.cfg['reports_dir']}/matrix.md"
+
+    def matrix_inputs(self) -> list[str]:
+        """This run's pages (the matrix links them) and verdicts, plus every other complete results folder found."""
+        from repro.report.matrix import rule_inputs
+
+        own = [self.outputs(c)["verdict"] for c in self.cfg["claims"] if c in self.claims_with_workflow]
+        return sorted(set(self.pages()) | set(rule_inputs(self.cfg["results_dir"], self.hw, self.scale, own)))

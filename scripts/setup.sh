@@ -14,7 +14,14 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 if [ -z "${REPRO_KEEP_TORCH:-}" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
   pip install "torch==2.13.0"
 fi
-if ! .venv/bin/python -c "import repro, snakemake, triton, sacrebleu, sentencepiece, seaborn, pytest_timeout, snakemake_executor_plugin_slurm" 2>/dev/null; then
+if ! .venv/bin/python -c "import repro, snakemake, triton, sacrebleu, sentencepiece, seaborn, pytest_timeout, selenium, snakemake_executor_plugin_slurm" 2>/dev/null; then
   pip install -e ".[test,slurm]"
+fi
+# The browser test (tests/test_report_browser.py) drives Debian's headless Chromium; installed here where apt-get
+# runs as root (set REPRO_NO_APT=1 to skip), otherwise that test is skipped with the reason.
+if ! command -v chromedriver >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] && [ -z "${REPRO_NO_APT:-}" ]; then
+  echo "setup: installing chromium and chromium-driver for the browser test (apt-get)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      chromium chromium-driver >/dev/null) || echo "setup: chromium not installed; the browser test will be skipped"
 fi
 .venv/bin/python -c "import torch, triton, snakemake; print(f'setup ok: torch {torch.__version__}, triton {triton.__version__}, snakemake {snakemake.__version__}')"

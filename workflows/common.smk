@@ -5,6 +5,7 @@
 localrules:
     claim_report,
     index,
+    matrix,
 
 
 wildcard_constraints:
@@ -12,15 +13,15 @@ wildcard_constraints:
 
 
 rule claim_report:
-    """A claim's page: verdict, checks, measured beside published, figures (from results files only)."""
+    """A claim's page, markdown and self-contained HTML (what `snakemake --report` shows): verdict, checks, gates,
+    setup beside the paper, measured beside published, figures with captions (from results files only)."""
     input:
         verdict=f"{W.res}/{{claim}}/verdict.json",
         metrics=f"{W.res}/{{claim}}/metrics.csv",
     output:
-        page=report(f"{W.rep}/{{claim}}.md", caption="../report/claim_page.rst", category="{claim}",
-                    labels={"claim": "{claim}", "item": "page"}),
-        figures=report(directory(f"{W.rep}/{{claim}}"), patterns=["{name}.png"], caption="../report/figure.rst",
-                       category="{claim}", labels={"claim": "{claim}", "figure": "{name}"}),
+        page=f"{W.rep}/{{claim}}.md",
+        html=f"{W.rep}/{{claim}}.html",
+        figures=directory(f"{W.rep}/{{claim}}"),
     log:
         f"{W.logs}/{{claim}}.report.log",
     conda:
@@ -38,7 +39,7 @@ rule index:
     input:
         W.pages(),
     output:
-        report(f"{W.rep}/index.md", caption="../report/index.rst", category="index"),
+        f"{W.rep}/index.md",
     log:
         f"{W.logs}/index.log",
     conda:
@@ -46,3 +47,23 @@ rule index:
     shell:
         f"{W.py} -m repro.report index --results-root {W.cfg['results_dir']} --reports-root {W.cfg['reports_dir']} "
         f"--hardware {W.hw} --scale {W.scale} --out {{output}} > {{log}} 2>&1"
+
+
+rule matrix:
+    """The verdict matrix, the first page of the reports: every claim on every machine and scale found under
+    results/ (committed reference results included), flagging verdicts that differ between machines or from the
+    previous committed run (repro/report/matrix.py)."""
+    input:
+        W.matrix_inputs(),
+    output:
+        W.matrix(),
+    log:
+        f"{W.logs}/matrix.log",
+    conda:
+        "../environment.yml"
+    resources:
+        runtime=10,
+        mem_mb=2000,
+    shell:
+        f"{W.py} -m repro.report.matrix --results {W.cfg['results_dir']} --reports {W.cfg['reports_dir']} "
+        f"--out {{output}} > {{log}} 2>&1"

@@ -34,11 +34,80 @@ def positive_int(text: str) -> int:
     return n
 
 
+def _flat_schema(schema: dict, prefix: str = "") -> list[tuple[str, dict]]:
+    """(dotted key, property schema) for every leaf parameter of a claim's schema, in the schema's order."""
+    out = []
+    for key, sub in (schema.get("properties") or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(sub, dict) and sub.get("properties"):
+            out += _flat_schema(sub, name + ".")
+        else:
+            out.append((name, sub if isinstance(sub, dict) else {}))
+    return out
+
+
+def _lookup(params: dict | None, dotted: str):
+    node = params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return "-"
+        node = node[part]
+    text = json.dumps(node, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parameters_help(claim: str) -> str:
+    """The --help epilog: every parameter of the claim with its meaning (config/schema/<claim>.schema.yaml) and its
+    value at each scale (config/claims/<claim>.yaml, defaults filled), then example commands."""
+    import textwrap
+
+    from repro import config
+
+    values, problems = {}, []
+    for scale in config.SCALES:
+        try:
+            values[scale] = config.section(claim, scale)
+        except config.ConfigError as exc:
+            values[scale] = None
+            problems.append(f"  {scale}: {exc}")
+    schema = config._schema(claim) or {}
+    keys = _flat_schema(schema) or [(k, {}) for k in (values.get("default") or {})]
+    lines = [f"parameters (meaning: config/schema/{claim}.schema.yaml; values: config/claims/{claim}.yaml):"]
+    for key, sub in keys:
+        meaning = " ".join(str(sub.get("description", "")).split()) or "(no description)"
+        if "enum" in sub:
+            meaning = meaning.rstrip(".") + f". One of: {', '.join(map(str, sub['enum']))}."
+        lines.append(f"  {key}")
+        lines += textwrap.wrap(meaning, 110, initial_indent="      ", subsequent_indent="      ")
+        per_scale = [_lookup(values[scale], key) for scale in config.SCALES]
+        lines.append("      all scales: " + per_scale[0] if len(set(per_scale)) == 1 else
+                     "      " + " | ".join(f"{scale}: {v}" for scale, v in zip(config.SCALES, per_scale)))
+    if problems:
+        lines += ["scales whose section does not validate as is (paper paths etc. come from overrides):", *problems]
+    numeric = [k for k, _ in keys if "." not in k and isinstance((values.get("tiny") or {}).get(k), (int, list))
+               and not isinstance((values.get("tiny") or {}).get(k), bool)]
+    override = "seeds" if "seeds" in numeric else (numeric[0] if numeric else None)
+    example = f"{override}: {_lookup(values.get('tiny'), override)}" if override else ""
+    lines += ["", "examples:",
+              f"  python -m repro.claims.{claim} --scale tiny --out /tmp/{claim}-tiny      # seconds, no verdict",
+              f"  python -m repro.claims.{claim} --scale default --out results/<hardware>/default/{claim}",
+              f"  snakemake claim_{claim} --cores all                 # the same through the workflow, with its page",
+              f"  snakemake claim_{claim} --cores all --config 'overrides={{{claim}: {{{example}}}}}'"]
+    return "\n".join(lines)
+
+
 def main(claim: str, run: Callable, argv=None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m repro.claims.{claim}", description=(run.__doc__ or "").strip())
-    parser.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
+    try:
+        epilog = parameters_help(claim)
+    except Exception as exc:  # the help text must never stop a run
+        epilog = f"(parameter list unavailable: {exc})"
+    parser = argparse.ArgumentParser(prog=f"python -m repro.claims.{claim}", description=(run.__doc__ or "").strip(),
+                                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", required=True, choices=("tiny", "default", "paper"),
+                        help="which section of config/claims/<claim>.yaml to run (values below)")
     parser.add_argument("--out", required=True, type=Path, help="results folder for this claim")
-    parser.add_argument("--params", help="JSON parameters (default: config/claims/<claim>.yaml at --scale)")
+    parser.add_argument("--params", help="JSON parameters, all of them (default: config/claims/<claim>.yaml at "
+                                         "--scale; what the Snakefile passes)")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads (>= 1)")
     parser.add_argument("--rejudge", action="store_true",
                         help="re-apply this commit's verdict rule (judge) to the measurements already in --out "

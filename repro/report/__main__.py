@@ -1,4 +1,6 @@
-"""``python -m repro.report claim|index ...``: write a claim page or the index from results files."""
+"""``python -m repro.report claim|index|rebuild ...``: write a claim page, the index, or rebuild every page from the
+results files (``rebuild``: every machine and scale under --results, then the indexes, the verdict matrix and the
+hardware comparisons; nothing is measured again: use it after a change to the report code)."""
 from __future__ import annotations
 
 import argparse
@@ -23,9 +25,14 @@ def main(argv=None) -> int:
     i.add_argument("--hardware", required=True)
     i.add_argument("--scale", required=True)
     i.add_argument("--out", required=True)
+    b = sub.add_parser("rebuild", help="every claim page, index, the matrix and the comparisons, from results only")
+    b.add_argument("--results", default="results")
+    b.add_argument("--reports", default="reports")
     args = parser.parse_args(argv)
     try:
-        if args.cmd == "claim":
+        if args.cmd == "rebuild":
+            rebuild(args.results, args.reports)
+        elif args.cmd == "claim":
             claim_page(args.claim, args.results, args.page, args.figures)
         else:
             index_page(args.results_root, args.reports_root, args.hardware, args.scale, args.out)
@@ -33,6 +40,29 @@ def main(argv=None) -> int:
         print(f"python -m repro.report {args.cmd}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def rebuild(results_root: str, reports_root: str) -> None:
+    """Every page of every registered claim with a workflow, from ``results_root/<hw>/<scale>/<claim>/``."""
+    from pathlib import Path
+
+    from repro import registry
+    from repro.config import ROOT
+
+    from .compare import write_compare
+    from .matrix import read_cells, write
+
+    cells = read_cells(results_root)
+    for c in cells:
+        if c.claim in registry.claim_ids() and (ROOT / "workflows" / f"{c.claim}.smk").exists():
+            page = Path(reports_root) / c.hardware / c.scale / f"{c.claim}.md"
+            print(f"{c.hardware}/{c.scale}/{c.claim}", flush=True)
+            claim_page(c.claim, c.path.parent, page, page.with_suffix(""))
+    for hw, scale in sorted({(c.hardware, c.scale) for c in cells}):
+        index_page(results_root, reports_root, hw, scale, Path(reports_root) / hw / scale / "index.md")
+    for scale in sorted({c.scale for c in cells}):
+        write_compare(results_root, scale, Path(reports_root) / "compare" / scale)
+    write(results_root, reports_root, Path(reports_root) / "matrix.md")
 
 
 if __name__ == "__main__":

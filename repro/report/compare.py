@@ -321,26 +321,35 @@ def software_table(results: Results, claim: str, reference: str | None = None) -
     return pd.DataFrame(rows)
 
 
-def _short_labels(sweeps: pd.Series) -> pd.Series:
-    """Plot labels from sweep keys (JSON): only the variables that vary within the panel, wrapped short."""
-    import textwrap
-
+def _varying_keys(sweeps) -> list[str]:
     parsed = [json.loads(s) for s in sweeps]
     keys = list(dict.fromkeys(k for d in parsed for k in d))
-    varying = [k for k in keys if len({json.dumps(d.get(k), default=str) for d in parsed}) > 1]
-    labels = [", ".join(f"{k}={d[k]}" for k in varying if k in d) or "all" for d in parsed]
-    return pd.Series(["\n".join(textwrap.wrap(lab, 60)) for lab in labels], index=sweeps.index)
+    return [k for k in keys if len({json.dumps(d.get(k), default=str) for d in parsed}) > 1]
+
+
+def _short_labels(sweeps: pd.Series) -> pd.Series:
+    """Plot labels from sweep keys (JSON): the values of the variables that vary within the panel (their names go
+    in the panel title, :func:`_varying_keys`), wrapped short."""
+    import textwrap
+
+    varying = _varying_keys(sweeps)
+    labels = [", ".join(str(d[k]) for k in varying if k in d) or "all" for d in map(json.loads, sweeps)]
+    return pd.Series(["\n".join(textwrap.wrap(lab, 32)) for lab in labels], index=sweeps.index)
 
 
 def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
-    """One seaborn figure per claim: each metric a panel, values per setting, one colour per machine and the
-    paper (where its unit matches). Log scale where a panel spans more than two decades."""
+    """One seaborn figure per claim: each metric a panel (a grid of up to three columns, read at 100%), values per
+    setting as horizontal bars, one colour per machine and the paper (where its unit matches), one legend for all
+    panels. Log scale where a panel spans more than two decades."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    from repro.report.plots import PUBLISHED_COLOR, theme
+
+    theme()
     frame = long_frame(results, claim)
     if not len(frame):
         return None
@@ -365,7 +374,9 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
     data["setting"] = data.groupby("metric")["sweep"].transform(_short_labels)
     metrics = list(dict.fromkeys(data["metric"]))
     order = list(dict.fromkeys(data["source"]))
-    palette = dict(zip(order, sns.color_palette("colorblind", len(order))))
+    machines = [s for s in order if not s.startswith("paper (")]
+    palette = dict(zip(machines, sns.color_palette("colorblind", len(machines))))
+    palette.update({s: PUBLISHED_COLOR for s in order if s.startswith("paper (")})  # the paper: as everywhere
     # machines without a value in a panel are named in its title, so an absent bar never reads as zero
     absent = {}
     for name in metrics:
@@ -377,7 +388,6 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
             elif not ((frame["hardware"] == hw) & (frame["metric"] == metric_name) & frame["value"].notna()).any():
                 notes.append(f"{hw}: {NOT_MEASURED}")
         absent[name] = notes
-    # horizontal bars, one panel per metric stacked vertically, each as tall as its bars need
     shown, heights = {}, []
     for name in metrics:
         d = data[data["metric"] == name]
@@ -385,28 +395,37 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
         if len(settings) > MAX_SETTINGS:
             d = d[d["setting"].isin(settings[:MAX_SETTINGS])]
         shown[name] = (d, len(settings))
-        heights.append(1.2 + 0.22 * d["setting"].nunique() * max(1, d["source"].nunique()))
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(10, min(sum(heights) + 0.6, 150)), squeeze=False,
-                             gridspec_kw={"height_ratios": heights}, layout="constrained")
-    for ax, name in zip(axes[:, 0], metrics):
+        heights.append(1.3 + 0.26 * d["setting"].nunique() * max(1, d["source"].nunique()))
+    # a grid read row by row; each row as tall as its tallest panel
+    ncols = 1 if len(metrics) == 1 else 2 if len(metrics) <= 4 else 3
+    nrows = -(-len(metrics) // ncols)
+    row_heights = [max(heights[r * ncols:(r + 1) * ncols]) for r in range(nrows)]
+    fig = plt.figure(figsize=(5.6 * ncols, min(sum(row_heights) + 1.2, 150)), layout="constrained")
+    grid = fig.add_gridspec(nrows, ncols, height_ratios=row_heights)
+    for i, name in enumerate(metrics):
+        ax = fig.add_subplot(grid[i // ncols, i % ncols])
         d, n_settings = shown[name]
         sns.barplot(data=d, y="setting", x="value", hue="source", orient="h", palette=palette, ax=ax, errorbar=None,
-                    hue_order=[s for s in order if s in set(d["source"])])
+                    hue_order=[s for s in order if s in set(d["source"])], legend=False)
         positive = d["value"][d["value"] > 0]
         if len(positive) and (d["value"] > 0).all() and positive.max() / positive.min() > 100:
             ax.set_xscale("log")
-        title = name + (f" (first {MAX_SETTINGS} of {n_settings} settings; all are in the table)"
+        title = name + (f"\n(first {MAX_SETTINGS} of {n_settings} settings; all are in the table)"
                         if n_settings > MAX_SETTINGS else "")
+        keys = _varying_keys(d["sweep"])
+        if keys:
+            title += "\nsetting: " + ", ".join(keys)
         if absent[name]:
             title += "\nno value - " + "; ".join(absent[name])
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=10)
         ax.set_ylabel("")
-        ax.set_xlabel("value")
-        ax.tick_params(axis="y", labelsize=7)
-        ax.legend(fontsize=7, title=None, loc="best")
-    fig.suptitle(f"{claim} ({results.scale} scale): measured on each machine beside the paper", fontsize=11)
+        ax.set_xlabel(name.rsplit(" [", 1)[-1].rstrip("]"))
+        ax.tick_params(axis="y", labelsize=9)
+    handles = [matplotlib.patches.Patch(color=palette[s], label=s) for s in order]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(order), 4), fontsize=10, frameon=False)
+    fig.suptitle(f"{claim} ({results.scale} scale): measured on each machine beside the paper", fontsize=12)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 

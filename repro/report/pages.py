@@ -1,8 +1,19 @@
-"""Claim pages (reports/<hardware>/<scale>/<claim>.md) and the index (reports/<hardware>/<scale>/index.md)."""
+"""Claim pages (reports/<hardware>/<scale>/<claim>.md and .html) and the index (reports/<hardware>/<scale>/index.md).
+
+A page is built once as a list of blocks (:func:`claim_blocks`) and rendered twice: markdown for the repository
+(:func:`render_markdown`) and a self-contained HTML page with the figures embedded (:func:`render_html`), which
+the Snakemake report shows inline. Every verdict.json field of the verdict contract is rendered when present
+(old results lack the newer ones): verdict, reason, ``meaning`` ("What this verdict means"), ``checks`` with
+``headline``/``interval``/``undecided_because``, ``gates``, ``setup`` ("Setup beside the paper"), ``load``.
+"""
 from __future__ import annotations
 
+import base64
+import html
 import importlib
 import logging
+import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +22,8 @@ from repro import registry
 from repro.bench.records import atomic_write_text, read_json, read_metrics, read_verdict
 
 log = logging.getLogger("repro.report")
+
+HOLDS = {True: "yes", False: "**no**", None: "undecided"}
 
 
 def _fmt(v) -> str:
@@ -31,18 +44,48 @@ def _table(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, disable_numparse=True) if len(frame) else "_none_"
 
 
+def inline_html(text) -> str:
+    """HTML of one line of the pages' markdown: ``**bold**``, ```code```, ``[text](link)``; everything escaped."""
+    t = html.escape(str(text))
+    t = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", t)
+    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', t)
+
+
+def shorten(text: str, limit: int = 400) -> str:
+    """``text`` cut to at most ``limit`` characters at the last sentence or clause boundary ('. ', '; '), never
+    inside a number or word; uncut when it fits or when no boundary falls in the second half of the limit."""
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind("; ", 0, limit), text.rfind(". ", 0, limit))
+    if cut < limit // 2:
+        return text
+    return text[:cut + 1] + " (...)"
+
+
+def read_results(results_dir: str | Path) -> tuple[dict, dict, pd.DataFrame]:
+    """verdict.json, fingerprint.json and metrics.csv of one claim's results folder (the pages' only reader)."""
+    results_dir = Path(results_dir)
+    verdict = read_verdict(results_dir / "verdict.json")  # damaged files raise ResultsError naming the file
+    fp = read_json(results_dir / "fingerprint.json")
+    return verdict, fp, read_metrics(results_dir)  # checked against verdict.json's integrity record (rows, sha256)
+
+
 def _fingerprint_lines(fp: dict) -> list[str]:
     hw, sw = fp.get("hardware", {}), fp.get("software", {})
     acc = hw.get("accelerator")
     acc_text = f"{acc['name']} x{acc.get('count', 1)} ({acc.get('memory_gib')} GiB, CUDA {acc.get('cuda')}, driver {acc.get('driver')})" if acc else "none"
     git = fp.get("git", {})
-    return [f"- Hardware id: `{fp.get('hardware_id')}`; CPU: {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('memory_gib')} GiB); accelerator: {acc_text}",
-            "- Software: " + ", ".join(f"{k} {v}" for k, v in sw.items() if v and k != "os"),
-            f"- Commit: `{git.get('commit')}`{' (dirty tree)' if git.get('dirty') else ''}; config hash `{fp.get('config_hash')}`; measured {fp.get('timestamp')}"]
+    return [f"Hardware id: `{fp.get('hardware_id')}`; CPU: {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('memory_gib')} GiB); accelerator: {acc_text}",
+            "Software: " + ", ".join(f"{k} {v}" for k, v in sw.items() if v and k != "os"),
+            f"Commit: `{git.get('commit')}`{' (dirty tree)' if git.get('dirty') else ''}; config hash `{fp.get('config_hash')}`; measured {fp.get('timestamp')}"]
 
 
 def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, fig_dir: Path) -> list[tuple[str, str]]:
+    from repro.report.plots import theme
+
     fig_dir.mkdir(parents=True, exist_ok=True)
+    theme()  # one visual convention for every claim's figures (repro/report/plots/__init__.py)
     try:
         module = importlib.import_module(f"repro.report.plots.{claim}")
     except ModuleNotFoundError as exc:
@@ -52,42 +95,158 @@ def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, fig_dir: Pa
     return module.plots(metrics, results_dir, fig_dir)
 
 
-def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: str | Path) -> Path:
-    """Write the claim's page: verdict, checks, measured vs published, figures, fingerprint."""
-    results_dir, page, fig_dir = Path(results_dir), Path(page), Path(fig_dir)
-    verdict = read_verdict(results_dir / "verdict.json")  # damaged files raise ResultsError naming the file
-    fp = read_json(results_dir / "fingerprint.json")
-    metrics = read_metrics(results_dir)  # checked against verdict.json's integrity record (row count, sha256)
-    info = registry.claim(claim)
-    figures = make_plots(claim, metrics, results_dir, fig_dir)
-    lines = [f"# {info['code']} {claim}: {info['title']}", "", f"> {info['statement'].strip()}", "",
-             "Sources: " + "; ".join(registry.citation(s) for s in info.get("sources", [])), "",
-             f"## Verdict: **{verdict['verdict']}** (scale `{verdict.get('scale')}`, hardware `{verdict.get('hardware')}`)",
-             "", verdict["reason"], ""]
+def _checks_frame(checks: list[dict]) -> pd.DataFrame:
+    """The checks table: headline, interval and undecided-because columns only when some check has them."""
+    rows = []
+    for c in checks:
+        row = {"check": c["name"]}
+        if any("headline" in x for x in checks):
+            row["headline"] = "**headline**" if c.get("headline") else ""
+        row.update({"measured": c.get("measured"), "published / expected": c.get("expected"),
+                    "holds": HOLDS.get(c.get("passed"), str(c.get("passed")))})
+        if any(x.get("interval") for x in checks):
+            row["interval"] = c.get("interval") or ""
+        if any(x.get("undecided_because") for x in checks):
+            row["undecided because"] = c.get("undecided_because") or ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def verdict_blocks(verdict: dict) -> list[tuple]:
+    """The verdict part of a page: verdict and reason, meaning, checks, gates, setup beside the paper, load."""
+    blocks: list[tuple] = [("h2", f"Verdict: **{verdict['verdict']}** (scale `{verdict.get('scale')}`, hardware "
+                                  f"`{verdict.get('hardware')}`)"), ("p", verdict.get("reason", ""))]
+    if verdict.get("meaning"):
+        blocks += [("h2", "What this verdict means"), ("p", verdict["meaning"])]
+    if verdict.get("checks"):
+        blocks += [("h2", "Checks"), ("table", _checks_frame(verdict["checks"]))]
+    if verdict.get("gates"):
+        gates = pd.DataFrame([{"gate": g.get("name"), "measured": g.get("measured"), "required": g.get("required"),
+                               "holds": HOLDS.get(g.get("passed"), str(g.get("passed")))} for g in verdict["gates"]])
+        blocks += [("h2", "Gates (what must hold before the checks mean anything)"), ("table", gates)]
+    if verdict.get("setup"):
+        setup = pd.DataFrame([{"aspect": s.get("aspect"), "paper": s.get("paper"), "this run": s.get("this_run")}
+                              for s in verdict["setup"]])
+        blocks += [("h2", "Setup beside the paper"), ("table", setup)]
     if verdict.get("per_implementation"):
         per = pd.DataFrame([{"implementation": k, "verdict": f"**{v['verdict']}**", "reason": v["reason"]}
                             for k, v in verdict["per_implementation"].items()])
-        lines += ["## Verdict per implementation", "", _table(per), ""]
-    if verdict.get("checks"):
-        checks = pd.DataFrame([{"check": c["name"], "measured": c["measured"], "published / expected": c["expected"],
-                                "holds": {True: "yes", False: "**no**", None: "n/a"}[c["passed"]]}
-                               for c in verdict["checks"]])
-        lines += ["## Checks", "", _table(checks), ""]
+        blocks += [("h2", "Verdict per implementation"), ("table", per)]
+    if isinstance(verdict.get("rejudged"), dict):
+        r = verdict["rejudged"]
+        blocks += [("p", f"Re-judged: this verdict was computed by the rule at commit `{str(r.get('commit'))[:10]}`"
+                         f"{' (dirty tree)' if r.get('dirty') else ''} on {r.get('timestamp')} from the measurements "
+                         f"of commit `{str(verdict.get('commit'))[:10]}` ({verdict.get('timestamp')}); the verdict "
+                         f"before was **{r.get('previous_verdict')}**.")]
+    if isinstance(verdict.get("load"), dict) and verdict["load"]:
+        blocks += [("p", "Machine load during timing: " + ", ".join(f"{k} {_fmt(v)}" for k, v in
+                                                                     verdict["load"].items()))]
+    return blocks
+
+
+def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
+                 figures: list[tuple[str, str]], fig_dir: Path) -> list[tuple]:
+    info = registry.claim(claim)
+    blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}"), ("quote", info["statement"].strip()),
+                           ("p", "Sources: " + "; ".join(registry.citation(s) for s in info.get("sources", [])))]
+    blocks += verdict_blocks(verdict)
     pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
     if len(pub):
         table = pd.DataFrame({"metric": pub["metric"], "setting": pub["sweep"].map(_sweep_text),
                               "measured": pub["value"].map(_fmt), "published": pub["published_value"].map(_fmt),
                               "unit": pub["unit"], "source": pub["source"]})
-        lines += ["## Measured beside published", "", _table(table), ""]
+        blocks += [("h2", "Measured beside published"), ("table", table)]
     if figures:
-        lines += ["## Figures", ""]
-        rel = fig_dir.relative_to(page.parent) if fig_dir.is_relative_to(page.parent) else fig_dir
-        for name, caption in figures:
-            lines += [f"![{caption}]({rel / name})", "", f"*{caption}*", ""]
-    lines += ["## Where these numbers come from", "", *_fingerprint_lines(fp),
-              f"- Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, `config.json`",
-              f"- Runtime: {verdict.get('runtime_s', '?')} s", ""]
-    atomic_write_text(page, "\n".join(lines))
+        blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
+    blocks += [("h2", "Where these numbers come from"),
+               ("list", [*_fingerprint_lines(fp),
+                         f"Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, "
+                         f"`config.json`", f"Runtime: {verdict.get('runtime_s', '?')} s"])]
+    return blocks
+
+
+def render_markdown(blocks: list[tuple], page_dir: Path) -> str:
+    lines: list[str] = []
+    for kind, *payload in blocks:
+        if kind == "h1":
+            lines += [f"# {payload[0]}", ""]
+        elif kind == "h2":
+            lines += [f"## {payload[0]}", ""]
+        elif kind == "quote":
+            lines += [f"> {payload[0]}", ""]
+        elif kind == "p":
+            lines += [payload[0], ""]
+        elif kind == "table":
+            lines += [_table(payload[0]), ""]
+        elif kind == "list":
+            lines += [f"- {item}" for item in payload[0]] + [""]
+        elif kind == "figure":
+            path, caption = payload
+            rel = path.relative_to(page_dir) if path.is_relative_to(page_dir) else path
+            lines += [f"![{caption}]({rel.as_posix()})", "", f"*{caption}*", ""]
+    return "\n".join(lines)
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:1.5em auto;padding:0 1em;line-height:1.45;
+color:#222}table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.9em}th,td{border:1px solid #ccc;
+padding:.3em .5em;vertical-align:top;text-align:left}th{background:#f2f2f2}blockquote{color:#555;border-left:4px
+solid #ccc;margin:0;padding:.2em 1em}figure{margin:1em 0}figure img{max-width:100%;height:auto}
+figcaption{font-size:.9em;color:#444}.verdict{font-size:1.15em}code{background:#f5f5f5;padding:0 .2em}"""
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def render_html(blocks: list[tuple], title: str) -> str:
+    """A self-contained HTML page (figures embedded as data URIs: the Snakemake report shows it in an iframe)."""
+    out = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+           f"<style>{CSS}</style></head><body>"]
+    for kind, *payload in blocks:
+        if kind == "h1":
+            out.append(f"<h1>{inline_html(payload[0])}</h1>")
+        elif kind == "h2":
+            cls = ' class="verdict"' if payload[0].startswith("Verdict: ") else ""
+            out.append(f"<h2{cls}>{inline_html(payload[0])}</h2>")
+        elif kind == "quote":
+            out.append(f"<blockquote>{inline_html(payload[0])}</blockquote>")
+        elif kind == "p":
+            out.append(f"<p>{inline_html(payload[0])}</p>")
+        elif kind == "table":
+            frame = payload[0]
+            head = "".join(f"<th>{inline_html(c)}</th>" for c in frame.columns)
+            body = "".join("<tr>" + "".join(f"<td>{inline_html(_fmt(v))}</td>" for v in row) + "</tr>"
+                           for row in frame.itertuples(index=False))
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif kind == "list":
+            out.append("<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in payload[0]) + "</ul>")
+        elif kind == "figure":
+            path, caption = payload
+            out.append(f'<figure><img src="{_data_uri(path)}" alt="{html.escape(caption)}">'
+                       f"<figcaption>{inline_html(caption)}</figcaption></figure>")
+    out.append("</body></html>")
+    return "".join(out)
+
+
+def caption_rst(text: str) -> str:
+    """A report caption file: the caption as raw HTML (no reST or Jinja markup can misfire on measured text)."""
+    return ("{% raw %}\n.. raw:: html\n\n   <p>" + html.escape(" ".join(text.split())) + "</p>\n\n{% endraw %}\n")
+
+
+def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: str | Path) -> Path:
+    """Write the claim's page (``page``, markdown, and the same page as self-contained HTML beside it), its figures
+    into ``fig_dir`` and one caption file per figure (``fig_dir/captions/<figure>.rst``, used by the report)."""
+    results_dir, page, fig_dir = Path(results_dir), Path(page), Path(fig_dir)
+    verdict, fp, metrics = read_results(results_dir)
+    figures = make_plots(claim, metrics, results_dir, fig_dir)
+    blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir)
+    atomic_write_text(page, render_markdown(blocks, page.parent))
+    title = f"{claim} on {verdict.get('hardware')} ({verdict.get('scale')}): {verdict['verdict']}"
+    atomic_write_text(page.with_suffix(".html"), render_html(blocks, title))
+    for name, caption in figures:
+        where = f" Measured on `{verdict.get('hardware')}` at scale `{verdict.get('scale')}`; claim verdict: " \
+                f"{verdict['verdict']}."
+        atomic_write_text(fig_dir / "captions" / f"{Path(name).stem}.rst", caption_rst(caption + where))
     return page
 
 
@@ -98,6 +257,7 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
 
     res = Path(results_root) / hardware / scale
     rows = []
+    when = "measured at (UTC)"
     for claim in registry.claim_ids():
         info = registry.claim(claim)
         vpath = res / claim / "verdict.json"
@@ -105,20 +265,22 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
             v = read_verdict(vpath)
             reason = v["reason"].replace("|", "/").replace("\n", " ")
             rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
-                         "verdict": f"**{v['verdict']}**", "reason": reason[:400] + ("..." if len(reason) > 400 else ""),
-                         "measured": v.get("timestamp", "")})
+                         "verdict": f"**{v['verdict']}**", "reason": shorten(reason), when: v.get("timestamp", "")})
         elif (ROOT / "workflows" / f"{claim}.smk").exists():
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not run",
                          "reason": f"no results for this hardware and scale yet: snakemake claim_{claim} "
-                                   f"--config scale={scale}", "measured": ""})
+                                   f"--config scale={scale}", when: ""})
         else:
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not_implemented",
-                         "reason": "no workflow yet", "measured": ""})
+                         "reason": "no workflow yet", when: ""})
     frame = pd.DataFrame(rows)
+    out = Path(out)
+    matrix = os.path.relpath(Path(reports_root) / "matrix.md", out.parent)
     counts = frame["verdict"].str.strip("*").value_counts().to_dict()
     lines = [f"# Reproduction index: hardware `{hardware}`, scale `{scale}`", "",
-             "Verdicts are computed by each claim's rule from its measured numbers (repro/claims/<id>.py).", "",
+             "Verdicts are computed by each claim's rule from its measured numbers (repro/claims/<id>.py). "
+             f"Every machine and scale side by side: [the verdict matrix]({matrix}). A reason cut short "
+             "ends in (...); the claim's page has it in full.", "",
              "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame), ""]
-    out = Path(out)
     atomic_write_text(out, "\n".join(lines))
     return out

@@ -1,10 +1,60 @@
 """Per-claim plot modules: ``repro.report.plots.<claim_id>.plots(metrics, results_dir, out_dir)``.
 
 Each returns a list of (PNG file name, caption) it wrote into ``out_dir``; the claim page embeds them.
+
+One visual convention for every figure (also the hardware comparison, repro/report/compare.py):
+
+- the seaborn theme of :func:`theme` (white grid, fonts that read at 100% zoom), applied before any module plots;
+- measured values in the seaborn "colorblind" palette;
+- published values always in black (:data:`PUBLISHED_COLOR`): a dashed line (:func:`published_line`), a shaded band
+  for a published range (:func:`published_band`) or an ``X`` marker (:func:`published_points`), labelled
+  "paper: ..."; the numbers come from the registry (:func:`published`), never typed into plot code;
+- shared colour and axis scales wherever panels are compared (``sharey``/one ``vmin``/``vmax`` per figure);
+- legends outside the data area when they would cover it (:func:`legend_outside`).
 """
 import matplotlib
 
 matplotlib.use("Agg")
+
+PUBLISHED_COLOR = "black"
+PUBLISHED_STYLE = {"color": PUBLISHED_COLOR, "ls": "--", "lw": 1.2}
+BAND_STYLE = {"color": "0.55", "alpha": 0.18, "lw": 0}
+
+
+def theme() -> None:
+    """The suite's plot theme: seaborn whitegrid, 'notebook' context slightly reduced (labels about 10-11 pt)."""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook", palette="colorblind", font_scale=0.85,
+                  rc={"figure.dpi": 110, "savefig.dpi": 110, "legend.fontsize": 8.5, "legend.title_fontsize": 9})
+
+
+def published(claim: str, key: str):
+    """A published value from the registry (repro/registry/published.yaml): the number or list of numbers."""
+    from repro import registry
+
+    return registry.published(claim, key)["value"]
+
+
+def published_line(ax, value: float, label: str, axis: str = "h", **style) -> None:
+    """A published value as a black dashed line across the panel (``axis='h'`` horizontal, ``'v'`` vertical)."""
+    kw = {**PUBLISHED_STYLE, **style, "label": f"paper: {label}"}
+    (ax.axhline if axis == "h" else ax.axvline)(value, **kw)
+
+
+def published_band(ax, low: float, high: float, label: str, axis: str = "h") -> None:
+    """A published range as a grey band (``axis='h'``: between two y values; ``'v'``: between two x values)."""
+    (ax.axhspan if axis == "h" else ax.axvspan)(low, high, **BAND_STYLE, label=f"paper: {label}")
+
+
+def published_points(ax, x, y, label: str, **style) -> None:
+    """Published values at given coordinates as black X markers."""
+    ax.scatter(x, y, marker="X", s=55, color=PUBLISHED_COLOR, zorder=5, label=f"paper: {label}", **style)
+
+
+def legend_outside(ax, **kw) -> None:
+    """The panel's legend to the right of the axes, so it never covers data or annotations."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False, **kw)
 
 
 def with_sweep(frame, *keys):
@@ -16,9 +66,9 @@ def with_sweep(frame, *keys):
 
 
 def save(fig, out_dir, name: str) -> None:
-    """Tight layout, PNG at 110 dpi into ``out_dir``, figure closed."""
+    """Tight layout, PNG at 110 dpi into ``out_dir`` (legends outside the axes included), figure closed."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(out_dir / name, dpi=110)
+    fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -7,8 +7,12 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-PUBLISHED = {("attention", "sbh"): 11, ("mlp", "sbh"): 19, ("norms", "sbh"): 4, ("total", "sbh"): 34,
-             ("total", "score"): 5, ("attention", "score"): 5}
+from . import PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
+
+# registry keys of Korthikanti Eq. 1's coefficients per (section, kind)
+PUBLISHED_KEYS = {("attention", "sbh"): "korthikanti_attention_sbh_coeff", ("mlp", "sbh"): "korthikanti_mlp_sbh_coeff",
+                  ("norms", "sbh"): "korthikanti_norm_sbh_coeff", ("total", "sbh"): "korthikanti_total_sbh_coeff",
+                  ("total", "score"): "korthikanti_score_coeff", ("attention", "score"): "korthikanti_score_coeff"}
 
 
 def _col(frame, key):
@@ -28,16 +32,18 @@ def _terms(metrics, out_dir):
     sns.barplot(data=m, x="term", y="value", hue="setting", ax=ax)
     for i, label in enumerate(ax.get_xticklabels()):
         sec, kind = label.get_text().split(" (")
-        pub = PUBLISHED.get((sec, "score" if kind.startswith("as") else "sbh"))
-        if pub is not None:
-            ax.plot([i - 0.4, i + 0.4], [pub, pub], color="black", lw=2)
+        key = PUBLISHED_KEYS.get((sec, "score" if kind.startswith("as") else "sbh"))
+        if key is not None:
+            pub = published("activation_checkpointing", key)
+            ax.plot([i - 0.4, i + 0.4], [pub, pub], color=PUBLISHED_COLOR, lw=2, ls="--",
+                    label="paper: Korthikanti Eq. 1" if i == 0 else None)
     ax.set_ylabel("bytes / sbh  or  / as^2b (16-bit convention)")
-    ax.set_xlabel(f"term ({m['dtype'].iloc[0]} run; black bar: Korthikanti Eq. 1)")
-    ax.legend(fontsize=7)
-    fig.tight_layout(); fig.savefig(out_dir / "terms.png", dpi=110); plt.close(fig)
+    ax.set_xlabel(f"term ({m['dtype'].iloc[0]} run)")
+    legend_outside(ax)
+    save(fig, out_dir, "terms.png")
     return ("terms.png", "Per-layer saved activations by term, in the paper's convention (2 bytes per float element, "
             "1 byte per dropout-mask element), beside Korthikanti's 11sbh + 5as^2b (attention), 19sbh (MLP), 4sbh "
-            "(norms; black bars). The as^2b term exists only for the math backend.")
+            "(norms; black dashed bars). The as^2b term exists only for the math backend.")
 
 
 def _sweep(metrics, out_dir, axis, name, caption):
@@ -55,7 +61,7 @@ def _sweep(metrics, out_dir, axis, name, caption):
     for ax, meas in zip(axes, ("peak in fwd+bwd", "kept after forward")):
         d = m[(m["measure"] == meas) & (m["MiB"] > 0)]
         sns.lineplot(data=d, x=axis, y="MiB", hue="series", marker="o", ax=ax)
-        ax.set_xscale("log"); ax.set_yscale("log"); ax.set_title(meas, fontsize=9)
+        ax.set_xscale("log"); ax.set_yscale("log"); ax.set_title(meas)
         ticks = sorted(m[axis].unique())
         ax.set_xticks(ticks, [str(t) for t in ticks]); ax.minorticks_off()
         if axis == "depth" and len(d):
@@ -63,8 +69,8 @@ def _sweep(metrics, out_dir, axis, name, caption):
             y0 = d["MiB"].min()
             ax.plot(x, y0 * (x / x[0]) ** 0.5, ls=":", color="gray", label="slope 1/2")
             ax.plot(x, y0 * (x / x[0]), ls="--", color="gray", label="slope 1")
-        ax.legend(fontsize=7)
-    fig.tight_layout(); fig.savefig(out_dir / name, dpi=110); plt.close(fig)
+        ax.legend(fontsize=8)
+    save(fig, out_dir, name)
     return (name, caption)
 
 
@@ -74,17 +80,17 @@ def _time(metrics, out_dir):
         return None
     m["policy"] = _col(m, "policy")
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.bar(m["policy"], m["value"], yerr=m["spread"].fillna(0) / 2, color="steelblue", label="measured")
+    ax.bar(m["policy"], m["value"], yerr=m["spread"].fillna(0) / 2, color=sns.color_palette()[0], label="measured")
     pred = metrics[metrics["metric"] == "predicted_overhead_one_forward"]
     if len(pred):
         ax.axhline(float(pred["value"].iloc[0]), color="gray", ls="--", label="one extra forward (measured t_fwd)")
     pub = m.dropna(subset=["published_value"])
-    ax.scatter(pub["policy"], pd.to_numeric(pub["published_value"]), marker="x", color="black", zorder=5,
-               label="Korthikanti Table 4 (22B)")
-    ax.axhline(30, color="black", ls=":", lw=1, label="Chen: ~30%")
+    published_points(ax, pub["policy"], pd.to_numeric(pub["published_value"]), "Korthikanti Table 4 (22B)")
+    chen = published("activation_checkpointing", "chen_extra_time")
+    published_line(ax, chen, f"Chen ~{chen:g}%", ls=":")
     ax.set_ylabel("fwd+bwd time overhead vs none (%)")
-    ax.legend(fontsize=7)
-    fig.tight_layout(); fig.savefig(out_dir / "time_overhead.png", dpi=110); plt.close(fig)
+    legend_outside(ax)
+    save(fig, out_dir, "time_overhead.png")
     return ("time_overhead.png", "Median paired time overhead of each policy over no checkpointing (bars: IQR/2), "
             "the one-extra-forward prediction, and the published overheads.")
 

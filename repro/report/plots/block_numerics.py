@@ -5,6 +5,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from . import published_points
+
 
 def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
     out = []
@@ -14,15 +16,15 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         act["activation"] = act["metric"].str.removesuffix("_output")
         fig, ax = plt.subplots(figsize=(5, 3.5))
         sns.lineplot(data=act, x="x", y="value", hue="activation", marker="o", ax=ax)
-        ax.scatter(act["x"], pd.to_numeric(act["published_value"]), marker="x", color="black", label="published", zorder=5)
-        ax.legend(fontsize=8)
+        published_points(ax, act["x"], pd.to_numeric(act["published_value"]), "published values")
+        ax.legend()
         fig.tight_layout(); fig.savefig(out_dir / "activations.png", dpi=110); plt.close(fig)
-        out.append(("activations.png", "ReLU / GELU / SiLU of the suite's FFN (lines) and the published values (x)."))
+        out.append(("activations.png", "ReLU / GELU / SiLU of the suite's FFN (lines) and the published values (black X)."))
     deep = metrics[metrics["metric"] == "copy_task_final_loss_ratio"].copy()
     if len(deep):
         deep["stack"] = deep["sweep"].map(lambda s: f"{s['stack']} ({s['layers']} layers)")
         fig, ax = plt.subplots(figsize=(5, 3.2))
-        sns.barplot(data=deep, x="stack", y="value", ax=ax, errorbar=("pi", 100), color="steelblue")
+        sns.barplot(data=deep, x="stack", y="value", ax=ax, errorbar=("pi", 100), color=sns.color_palette()[0])
         ax.axhline(1.0, color="gray", ls="--", lw=1)
         ax.set_ylabel("final loss / ln(vocab)")
         ax.set_xlabel("")

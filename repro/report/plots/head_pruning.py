@@ -10,6 +10,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from . import PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
+
+VOITA_ENCODER_HEADS = 48  # Voita et al.'s Transformer-base encoder: 6 layers x 8 heads (the model, not a result)
+
 
 def _sel(m: pd.DataFrame, name: str) -> pd.DataFrame:
     d = m[m["metric"] == name].copy()
@@ -32,9 +36,11 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
             annot = np.where(sig.to_numpy().astype(bool), "*", "")
             sns.heatmap(grid, ax=ax, cmap="RdBu", vmin=-lim, vmax=lim, annot=annot, fmt="", cbar=ax is axes[0][-1],
                         cbar_kws={"label": "BLEU change"})
-            ax.set_title(kind, fontsize=9)
-        fig.suptitle("Ablating one head (* = p < 0.01); Michel: 8 of 96 encoder heads significant", fontsize=9)
-        fig.tight_layout(); fig.savefig(out_dir / "ablation.png", dpi=110); plt.close(fig)
+            ax.set_title(kind)
+        sig_pub, total_pub = (published("head_pruning", "michel_significant_heads"),
+                              published("head_pruning", "michel_heads_total"))
+        fig.suptitle(f"Ablating one head (* = p < 0.01); Michel: {sig_pub} of {total_pub} encoder heads significant")
+        save(fig, out_dir, "ablation.png")
         out.append(("ablation.png", "BLEU change when one head is masked, per attention type, layer and head; "
                                     "* marks a paired-bootstrap p < 0.01 (Michel et al. 2019, Table 1)."))
     pr = _sel(metrics, "pruning_bleu")
@@ -43,21 +49,22 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         pr["curve"] = pr.apply(lambda r: names.get(r["order"], r["order"]) if r["order"] != "random"
                                else f"random (seed {int(r['seed'])})", axis=1)
         pr["percent"] = 100 * pr["fraction"].astype(float)
-        fig, ax = plt.subplots(figsize=(5.2, 3.6))
+        fig, ax = plt.subplots(figsize=(6.0, 3.8))
         sns.lineplot(data=pr, x="percent", y="value", hue="curve", marker="o", ax=ax)
         base = pr[pr["percent"] == 0]["value"]
         if len(base):
             ax.axhline(float(base.iloc[0]), color="gray", lw=0.8, ls=":")
-        for x, lab in ((20, "Michel WMT: 20% prunable"), (60, "sharp drop ~60%")):
-            ax.axvline(x, color="black", ls="--", lw=0.8)
-            ax.text(x + 1, ax.get_ylim()[0] + 0.05 * np.ptp(ax.get_ylim()), lab, fontsize=7, rotation=90)
+        prunable, drop = published("head_pruning", "michel_prunable_wmt"), published("head_pruning",
+                                                                                   "michel_sharp_drop_fraction")
+        published_line(ax, prunable, f"Michel WMT {prunable:g}% prunable", axis="v")
+        published_line(ax, drop, f"Michel sharp drop ~{drop:g}%", axis="v", ls=":")
         pf = metrics[metrics["metric"] == "prunable_fraction"]
         pf = pf[pf["sweep"].map(lambda s: s.get("order") == "importance")]
         if len(pf):
             ax.axvline(float(pf["value"].iloc[0]), color="tab:green", lw=1.5, alpha=0.6, label="measured prunable")
         ax.set_xlabel("heads pruned (%)"); ax.set_ylabel("BLEU (test subset)")
-        ax.legend(fontsize=7)
-        fig.tight_layout(); fig.savefig(out_dir / "pruning_curve.png", dpi=110); plt.close(fig)
+        legend_outside(ax)
+        save(fig, out_dir, "pruning_curve.png")
         out.append(("pruning_curve.png", "BLEU vs fraction of heads pruned (10% per step), lowest Michel importance "
                                          "first vs random orders; dashed: Michel et al.'s WMT figures (Fig. 3)."))
     kept = _sel(metrics, "l0_heads_kept")
@@ -68,16 +75,20 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         fig, ax = plt.subplots(figsize=(5, 3.5))
         ax.plot(d["kept_pct"], d["value_delta"], "o-", label="measured (L0 gates)")
         for _, r in d.iterrows():
-            ax.annotate(f"λ={r['lam']:g}", (r["kept_pct"], r["value_delta"]), fontsize=7, xytext=(3, 3),
+            ax.annotate(f"λ={r['lam']:g}", (r["kept_pct"], r["value_delta"]), fontsize=8, xytext=(3, 3),
                         textcoords="offset points")
-        ax.scatter([100 * 10 / 48], [-0.15], marker="x", color="black", zorder=5,
-                   label="Voita WMT: 10 of 48 kept, -0.15")
-        ax.scatter([100 * 4 / 48], [-0.25], marker="+", color="black", zorder=5,
-                   label="Voita OpenSubtitles: 4 of 48, -0.25")
+        n = VOITA_ENCODER_HEADS
+        wmt_kept = n - published("head_pruning", "voita_wmt_heads_pruned")
+        wmt_drop = published("head_pruning", "voita_wmt_bleu_drop")
+        os_kept, os_drop = (published("head_pruning", "voita_opensubs_heads_kept"),
+                            published("head_pruning", "voita_opensubs_bleu_drop"))
+        published_points(ax, [100 * wmt_kept / n], [wmt_drop], f"Voita WMT {wmt_kept} of {n} kept, {wmt_drop:+g}")
+        published_points(ax, [100 * os_kept / n], [os_drop], f"Voita OpenSubtitles {os_kept} of {n}, {os_drop:+g}",
+                         alpha=0.5)
         ax.axhline(0, color="gray", lw=0.8)
         ax.set_xlabel("gated heads kept (%)"); ax.set_ylabel("BLEU change vs unpruned")
-        ax.legend(fontsize=7)
-        fig.tight_layout(); fig.savefig(out_dir / "l0_budgets.png", dpi=110); plt.close(fig)
+        legend_outside(ax)
+        save(fig, out_dir, "l0_budgets.png")
         out.append(("l0_budgets.png", "Hard-Concrete L0 gates fine-tuned from the trained model, one run per "
                                       "lambda: BLEU change vs heads kept, beside Voita et al. (2019)."))
     sp = _sel(metrics, "speedup")
@@ -88,13 +99,13 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
                     label="measured (interleaved medians)")
         pub = sp.dropna(subset=["published_value"])
         if len(pub):
-            ax.plot(pub["batch"].astype(int), pd.to_numeric(pub["published_value"]), "x--", color="black",
-                    label="Michel Table 4 (BERT, GTX 1080Ti)")
+            ax.plot(pub["batch"].astype(int), pd.to_numeric(pub["published_value"]), "X--", color=PUBLISHED_COLOR,
+                    label="paper: Michel Table 4 (BERT, GTX 1080Ti)")
         ax.set_xscale("log", base=2)
         ax.axhline(0, color="gray", lw=0.8)
         ax.set_xlabel("batch size (sentences)"); ax.set_ylabel("speed-up with 50% of heads removed (%)")
-        ax.legend(fontsize=7)
-        fig.tight_layout(); fig.savefig(out_dir / "speedup.png", dpi=110); plt.close(fig)
+        legend_outside(ax)
+        save(fig, out_dir, "speedup.png")
         out.append(("speedup.png", "Forward-pass examples/s gain with half the heads physically removed, by batch "
                                    "size (bars: inter-quartile range of the paired ratios), beside Michel Table 4."))
     return out

@@ -11,6 +11,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from . import legend_outside, published_band, published_line, save  # noqa: E402
+
 STACKS = ("encoder", "decoder", "lm")
 QUALITY = {"encoder": ("bleu", "BLEU (test subset)"), "decoder": ("bleu", "BLEU (test subset)"),
            "lm": ("valid_ppl", "validation perplexity")}
@@ -47,7 +49,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         fig, axes = plt.subplots(1, len(stacks), figsize=(3.6 * len(stacks), 3), squeeze=False)
         for ax, s in zip(axes[0], stacks):
             d = bi[bi["stack"] == s].sort_values("layer")
-            ax.bar(d["layer"], d["value"], color="steelblue")
+            ax.bar(d["layer"], d["value"], color=sns.color_palette()[0])
             ax.set_title(s)
             ax.set_xlabel("layer")
             ax.set_xticks(list(d["layer"]))
@@ -94,7 +96,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         band = _published_band()
         fig, axes = plt.subplots(1, len(stacks), figsize=(4.2 * len(stacks), 3.4), squeeze=False)
         rules = [r for r in ("bi", "angular", "last", "random") if r in set(q["rule"])]
-        pal = dict(zip(rules, sns.color_palette("tab10", len(rules))))
+        pal = dict(zip(rules, sns.color_palette("colorblind", len(rules))))
         for ax, s in zip(axes[0], stacks):
             d = q[q["stack"] == s]
             if not len(d):
@@ -118,16 +120,18 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
             else:
                 ax.axhline(0.5 * base, color="gray", ls=":", lw=1, label="half unpruned BLEU")
             if "llama2" in band:
-                ax.axvspan(min(band["llama2"]), max(band["llama2"]), color="orange", alpha=0.15,
-                           label="Gromov collapse, Llama-2")
-            for k, v in band.items():
-                if k != "llama2" and isinstance(v, (int, float)):
-                    ax.axvline(v, color="orange", lw=0.8, ls="--")
+                published_band(ax, min(band["llama2"]), max(band["llama2"]), "Gromov collapse, Llama-2", axis="v")
+            others = [v for k, v in band.items() if k != "llama2" and isinstance(v, (int, float))]
+            for i, v in enumerate(others):
+                published_line(ax, v, "Gromov collapse, other models", axis="v", lw=0.8)
+                if i == 0:
+                    continue
+                ax.lines[-1].set_label(None)
             ax.set_title(s)
             ax.set_xlabel("% of layers removed")
             ax.set_ylabel(d["label"].iloc[0])
-        axes[0][-1].legend(fontsize=6, loc="best")
-        fig.tight_layout(); fig.savefig(out_dir / "quality_vs_removed.png", dpi=110); plt.close(fig)
+        legend_outside(axes[0][-1])
+        save(fig, out_dir, "quality_vs_removed.png")
         out.append(("quality_vs_removed.png", "Quality vs % of layers removed per selection rule (random: mean over "
                     "seeds; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Orange: Gromov's collapse points (Llama-2 "
                     "45-55% band; dashed: Qwen 20%, Phi-2 25%, Mistral 35%)."))
@@ -150,7 +154,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
             ax.set_title(s)
             ax.set_xlabel("% of layers removed")
             ax.set_ylabel("validation NLL (nats/token)")
-        axes[0][-1].legend(fontsize=7)
+        axes[0][-1].legend(fontsize=8)
         fig.tight_layout(); fig.savefig(out_dir / "healing.png", dpi=110); plt.close(fig)
         out.append(("healing.png", "Validation NLL before and after healing (Gromov Fig 3: the healed loss grows "
                     "smoothly while the unhealed one climbs steeply); at 0% the unpruned model fine-tuned for the "

@@ -33,7 +33,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         pub["measured / published"] = pub["value"] / pub["published_value"]
         pub["quantity"] = pub["model"] + "." + pub["metric"]
         fig, ax = plt.subplots(figsize=(7, 0.4 + 0.28 * len(pub)))
-        sns.barplot(data=pub, y="quantity", x="measured / published", ax=ax, color="steelblue")
+        sns.barplot(data=pub, y="quantity", x="measured / published", ax=ax, color=sns.color_palette()[0])
         ax.axvline(1.0, color="black", lw=1)
         ax.set_xlim(0.9, 1.1)
         fig.tight_layout()

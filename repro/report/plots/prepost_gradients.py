@@ -8,7 +8,7 @@ import pandas as pd
 import seaborn as sns
 
 
-from . import save as _save, with_sweep as _sweep
+from . import legend_outside, published, published_line, save as _save, with_sweep as _sweep
 
 
 def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
@@ -22,8 +22,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
                            kind="line", marker="o", errorbar="sd", height=2.8, aspect=1.3)
         grid.set(yscale="log")
         grid.set_axis_labels("layer", "||grad W||_F")
-        grid.figure.suptitle("Fig 3(a,b) analogue: FFN weight gradient norm at init (mean +- sd over seeds)", y=1.02,
-                             fontsize=9)
+        grid.figure.suptitle("Fig 3(a,b) analogue: FFN weight gradient norm at init (mean +- sd over seeds)", y=1.02)
         grid.figure.savefig(out_dir / "per_layer_ffn_grads.png", dpi=110, bbox_inches="tight")
         plt.close(grid.figure)
         depth = int(ffn["depth"].iloc[0])
@@ -33,28 +32,34 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
                     "RMSNorm and ScaleNorm coincide at init (both are sqrt(d) x / ||x|| with unit gains)."))
         allm = g[(g["norm"] == "layernorm")].groupby(["position", "stack", "layer", "matrix"], as_index=False)["value"].mean()
         if len(allm):
-            fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-            for ax, pos in zip(axes, ("post", "pre")):
+            # one colour scale for both panels: the figure compares Post-LN with Pre-LN
+            logs = np.log10(allm["value"].where(allm["value"] > 0))
+            vmin, vmax = float(np.nanmin(logs)), float(np.nanmax(logs))
+            fig, axes = plt.subplots(1, 3, figsize=(11, 4.0), gridspec_kw={"width_ratios": [1, 1, 0.05]})
+            for ax, pos in zip(axes[:2], ("post", "pre")):
                 sub = allm[allm["position"] == pos].copy()
                 sub["row"] = sub["stack"] + " " + sub["layer"].astype(str)
                 table = sub.pivot_table(index="matrix", columns="row", values="value")
                 cols = sorted(table.columns, key=lambda c: (c.split()[0] != "encoder", int(c.split()[1])))
-                sns.heatmap(np.log10(table[cols]), ax=ax, cmap="viridis", cbar_kws={"label": "log10 ||grad||_F"})
-                ax.set_title(f"LayerNorm, {pos}-norm: every weight matrix", fontsize=9)
+                sns.heatmap(np.log10(table[cols]), ax=ax, cmap="viridis", vmin=vmin, vmax=vmax, cbar=pos == "pre",
+                            cbar_ax=axes[2] if pos == "pre" else None,
+                            cbar_kws={"label": "log10 ||grad||_F (shared scale)"},
+                            yticklabels=pos == "post")
+                ax.set_title(f"LayerNorm, {pos.capitalize()}-LN: every weight matrix")
                 ax.set_xlabel("")
+                ax.set_ylabel("matrix" if pos == "post" else "")
             _save(fig, out_dir, "all_matrices_heatmap.png")
-            out.append(("all_matrices_heatmap.png", "log10 gradient norm of every weight matrix per layer (seed mean)."))
+            out.append(("all_matrices_heatmap.png", "log10 gradient norm of every weight matrix per layer at init (seed "
+                        f"mean), Post-LN beside Pre-LN on one colour scale ({vmin:.1f} to {vmax:.1f})."))
     d = _sweep(metrics[metrics["metric"] == "final_w2_grad_norm"], "norm", "position", "depth")
     if len(d):
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         sns.lineplot(data=d, x="depth", y="value", hue="norm", style="position", marker="o", errorbar="sd", ax=ax)
-        pub = metrics[metrics["published_key"] == "fig3_postln_final_w2_grad_norm"]
-        if len(pub):
-            ax.axhline(float(pub["published_value"].iloc[0]), color="gray", ls="--", lw=1,
-                       label="paper Post-LN ~1.6 (IWSLT14)")
+        w2 = published("prepost_gradients", "fig3_postln_final_w2_grad_norm")
+        published_line(ax, w2, f"Post-LN ~{w2:g} (IWSLT14)")
         ax.set_xlabel("L (L-L model)")
         ax.set_ylabel("||grad W2 final FFN||_F")
-        ax.legend(fontsize=7)
+        legend_outside(ax)
         _save(fig, out_dir, "final_w2_vs_depth.png")
         out.append(("final_w2_vs_depth.png", "Fig 3(c,d) analogue: gradient norm of W2 in the final decoder FFN at "
                     "init vs depth (mean +- sd over seeds). Paper: Post-LN flat around 1.6, Pre-LN decreasing."))
@@ -73,10 +78,13 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         for setting, sub in t.groupby("setting"):
             m = sub.groupby("depth")["ratio"].mean()
             L = np.array(sorted(m.index), float)
-            ax.plot(L, m.loc[L[0]] * np.sqrt(L[0] / L), ls=":", color="gray")
-        ax.plot([], [], ls=":", color="gray", label="1/sqrt(L) (Theorem 1)")
+            ax.plot(L, m.loc[L[0]] * (L / L[0]) ** published("prepost_gradients",
+                                                                  "thm1_preln_over_postln_depth_exponent"),
+                    ls=":", color="gray")
+        exponent = published("prepost_gradients", "thm1_preln_over_postln_depth_exponent")
+        ax.plot([], [], ls=":", color="gray", label=f"paper: L^{exponent:g} (Theorem 1)")
         ax.set(xscale="log", yscale="log", xlabel="L", ylabel="Pre-LN / Post-LN final W2 grad")
-        ax.legend(fontsize=7)
+        legend_outside(ax)
         _save(fig, out_dir, "pre_over_post_ratio.png")
         out.append(("pre_over_post_ratio.png", "Pre/Post ratio of the final-layer W2 gradient norm vs depth (log-log), "
                     "with Theorem 1's 1/sqrt(L) slope anchored at the shallowest depth."))
@@ -89,11 +97,13 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
             ax.errorbar(s["layer"], s["value"], yerr=3 * s["spread"].fillna(0), marker="o", color=color, label=label,
                         capsize=2)
         L = np.arange(0, int(lem["layer"].max()) + 1)
-        ax.plot(L, 1 + L / 2, "--", color="C1", lw=1, label="(1 + l/2)")
-        ax.plot(L, 1 + 1.5 * L, "-.", color="C1", lw=1, label="(1 + 3l/2)")
-        ax.axhline(1.5, color="C0", ls="--", lw=1, label="3/2 (Post-LN)")
+        (a0, a1), (b0, b1) = (published("prepost_gradients", "lemma2_preln_sq_norm_lower"),
+                              published("prepost_gradients", "lemma2_preln_sq_norm_upper"))
+        ax.plot(L, a0 + a1 * L, "--", color="black", lw=1, label=f"paper: Pre-LN lower bound {a0:g} + {a1:g} l")
+        ax.plot(L, b0 + b1 * L, "-.", color="black", lw=1, label=f"paper: Pre-LN upper bound {b0:g} + {b1:g} l")
+        published_line(ax, published("prepost_gradients", "lemma2_postln_sq_norm_over_d"), "Post-LN 3/2", ls=":")
         ax.set(xlabel="layer l", ylabel="E||x||^2 / d")
-        ax.legend(fontsize=7)
+        legend_outside(ax)
         _save(fig, out_dir, "lemma2.png")
         out.append(("lemma2.png", "Lemma 2 by Monte Carlo in the simplified setting (error bars: 3 standard errors) "
                     "against the published value 3d/2 and bounds (1 + l/2)d, (1 + 3l/2)d."))

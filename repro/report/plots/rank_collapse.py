@@ -62,7 +62,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
                 ax.plot(x, 3 * x + b, ":", color="black", label="slope 3")
                 ax.plot(x, x, "--", color="gray", label="slope 1")
                 ax.set_title(f"{init} init: per-layer map of ln rho", fontsize=9)
-            axes[0, 0].legend(fontsize=6)
+            axes[0, 0].legend(fontsize=8)
             _save(fig, out_dir, "residual_map.png")
             out.append(("residual_map.png",
                         "ln rho_(L+1) against ln rho_L (layers above float64 rounding, from the input on): Dong et "

@@ -13,6 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from . import legend_outside, published_points  # noqa: E402
+
 
 def _label(s: dict) -> str:
     kind = "ScaleNorm+FixNorm" if s.get("fixnorm") else "LN"
@@ -76,18 +78,18 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         b["config"] = b["sweep"].map(lambda s: f"L{s['layers']} lr {s['lr']:g} {_label(s)}")
         b = b.sort_values("config")
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(b) + 1.2))
-        ax.barh(b["config"], b["value"], color="steelblue", label="measured (greedy, test subset)")
+        ax.barh(b["config"], b["value"], color=sns.color_palette()[0], label="measured (greedy, test subset)")
         pub = pd.to_numeric(b["published_value"], errors="coerce")
         if pub.notna().any():
-            ax.scatter(pub, b["config"], marker="x", color="black", zorder=5, label="published (IWSLT14 / en-vi)")
+            published_points(ax, pub, b["config"], "IWSLT14 / en-vi")
         copy = metrics[metrics["metric"] == "bleu_copy_baseline"]["value"]
         if len(copy):
             ax.axvline(float(copy.iloc[0]), color="gray", ls="--", lw=1, label="copy-the-source baseline")
         ax.set_xlabel("BLEU")
-        ax.tick_params(axis="y", labelsize=7)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.tick_params(axis="y", labelsize=9)
+        legend_outside(ax)
         fig.tight_layout()
-        fig.savefig(out_dir / "bleu.png", dpi=100)
+        fig.savefig(out_dir / "bleu.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
         out.append(("bleu.png", "Final BLEU per configuration (bars) and the papers' BLEU for the same configuration "
                     "(x; Xiong: Post-LN 8.45 without warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; "

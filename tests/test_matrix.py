@@ -1,0 +1,194 @@
+"""The verdict matrix (repro.report.matrix) and the claim pages' rendering of the verdict contract (repro.report.pages).
+
+- two machines with different verdicts for one claim: both cells flagged, naming the checks that flipped;
+- an earlier committed run with another verdict (a git repository in the temp folder): the history flag;
+- a page renders meaning, gates, setup, headline/interval/undecided_because and the inconclusive verdict;
+- the index cuts long reasons at a clause boundary only;
+- the workflow: tiny claims under two hardware ids, one verdict.json edited to differ, and the matrix rule flags it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from repro.bench.records import metric, verdict, write_results
+from repro.report import matrix, pages
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fp(hw: str, torch_version: str = "2.13.0+cpu", commit: str = "0123456789abcdef", when: str = "2026-11-29T10:00:00+00:00") -> dict:
+    return {"hardware_id": hw, "hardware": {"cpu": "Test CPU", "cores": 2, "memory_gib": 24.0, "accelerator": None},
+            "software": {"python": "3.11.7", "torch": torch_version, "triton": "3.7.1"},
+            "git": {"commit": commit, "dirty": False}, "timestamp": when}
+
+
+def _checks(first_holds: bool) -> list[dict]:
+    return [{"name": "headline holds", "passed": first_holds, "measured": "1.0", "expected": "1", "headline": True},
+            {"name": "secondary holds", "passed": True, "measured": "2.0", "expected": "2", "headline": False}]
+
+
+def _write(root, hw, status, first_holds, fp, claim="rank_collapse", scale="default"):
+    write_results(root / hw / scale / claim, claim=claim, scale=scale,
+                  metrics=[metric(claim, "x", 1.0, "ratio")],
+                  verdict=verdict(claim, status, "test reason", checks=_checks(first_holds)), config={}, fingerprint=fp)
+
+
+def test_machine_flag_names_the_flipped_checks(tmp_path):
+    root = tmp_path / "results"
+    _write(root, "cpu-a", "reproduced", True, _fp("cpu-a"))
+    _write(root, "gpu-b", "not_reproduced", False, _fp("gpu-b", torch_version="2.5.1", commit="fedcba9876543210"))
+    _write(root, "gpu-b", "partially", True, _fp("gpu-b"), claim="block_numerics")  # alone at its scale: no flag
+    cells = {(c.hardware, c.claim): c for c in matrix.flag_cells(matrix.read_cells(root), history=False)}
+    a, b = cells["cpu-a", "rank_collapse"], cells["gpu-b", "rank_collapse"]
+    assert [f.kind for f in a.flags] == ["machine"] and a.flags[0].against == "gpu-b"
+    assert a.flags[0].flipped == ["headline holds: holds here, fails on gpu-b"]
+    assert "torch 2.13.0+cpu here, 2.5.1 on gpu-b" in a.flags[0].changed
+    assert "commit 0123456 here, fedcba9 on gpu-b" in a.flags[0].changed
+    assert b.flags[0].flipped == ["headline holds: fails here, holds on cpu-a"]
+    assert not cells["gpu-b", "block_numerics"].flags
+    md = matrix.matrix_markdown(root, tmp_path / "reports", history=False)
+    assert "`cpu-a` default" in md and "`gpu-b` default" in md and "FLAG [1]" in md and "FLAG [2]" in md
+    assert "**reproduced** here, **not_reproduced** on `gpu-b`" in md and "torch 2.13.0+cpu" in md
+    assert "quantization" in md  # every registered claim has a row, with or without results
+    html = matrix.matrix_html(root, history=False)
+    assert html.count('class="flag"') == 2 and "headline holds: holds here, fails on gpu-b" in html
+
+
+def test_same_verdicts_are_not_flagged(tmp_path):
+    root = tmp_path / "results"
+    _write(root, "cpu-a", "reproduced", True, _fp("cpu-a"))
+    _write(root, "gpu-b", "reproduced", True, _fp("gpu-b"))
+    assert not any(c.flags for c in matrix.flag_cells(matrix.read_cells(root), history=False))
+    assert "## Flags\n\nNone" in matrix.matrix_markdown(root, tmp_path, history=False)
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_history_flag_from_git(tmp_path):
+    """The previous committed run of the same cell had another verdict (and another torch): flagged."""
+    root = tmp_path / "results"
+    _git(tmp_path, "init", "-q")
+    _write(root, "cpu-a", "reproduced", True, _fp("cpu-a", torch_version="2.12.0", commit="1111111aaaa"))
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "first run")
+    _write(root, "cpu-a", "not_reproduced", False,
+           _fp("cpu-a", commit="2222222bbbb", when="2026-11-30T10:00:00+00:00"))
+    (cell,) = matrix.flag_cells(matrix.read_cells(root))
+    (flag,) = cell.flags
+    assert flag.kind == "history" and flag.other_verdict == "reproduced" and "commit 1111111" in flag.against
+    assert flag.flipped == ["headline holds: fails now, holds then"]
+    assert "torch 2.12.0 -> 2.13.0+cpu" in flag.changed and "commit 1111111 -> 2222222" in flag.changed
+    _git(tmp_path, "commit", "-qam", "second run")  # committed: still compared with the run before it
+    (cell,) = matrix.flag_cells(matrix.read_cells(root))
+    assert [f.kind for f in cell.flags] == ["history"]
+    assert matrix.flag_cells(matrix.read_cells(root), history=False)[0].flags == []
+    # re-judged (python -m repro.claims.<id> --rejudge): same measurements, another rule, another verdict
+    vpath = root / "cpu-a" / "default" / "rank_collapse" / "verdict.json"
+    v = json.loads(vpath.read_text())
+    v["checks"][0]["passed"] = True
+    v.update(verdict="partially", rejudged={"commit": "3333333cccc", "timestamp": "2026-12-01T00:00:00+00:00",
+                                            "previous_verdict": "not_reproduced"})
+    vpath.write_text(json.dumps(v))
+    (cell,) = matrix.flag_cells(matrix.read_cells(root))
+    (flag,) = cell.flags
+    assert flag.other_verdict == "not_reproduced" and "commit 2222222" in flag.against
+    assert flag.flipped == ["headline holds: holds now, fails then"] and "re-judged at 3333333" in flag.changed
+    assert cell.commit_text() == "2222222, re-judged at 3333333"
+
+
+def test_page_renders_the_verdict_contract(tmp_path):
+    claim = "rank_collapse"
+    res = tmp_path / "results" / "hw" / "default" / claim
+    checks = [{"name": "collapse is doubly exponential", "passed": None, "measured": "slope 1.9", "expected": "2",
+               "headline": True, "interval": "[1.2, 2.6] (95% CI)", "undecided_because": "spread too wide"},
+              {"name": "MLP slows it", "passed": False, "measured": "2.5", "expected": "> 2.9", "headline": False,
+               "interval": None, "undecided_because": None}]
+    # written as a plain dict: the verdict contract's newest keys and values, whatever records.verdict accepts today
+    v = dict(claim=claim, verdict="inconclusive", reason="the headline could not be decided", checks=checks,
+                meaning="Cannot say whether attention collapses at this scale.",
+                gates=[{"name": "control model learned", "passed": True, "measured": "BLEU 20", "required": "> 5"}],
+                setup=[{"aspect": "depth", "paper": "48 layers", "this_run": "12 layers"}],
+                load={"loadavg_before": 0.5, "loadavg_after": 1.25},
+                rejudged={"commit": "abcdef123456", "timestamp": "2026-12-01T00:00:00+00:00",
+                          "previous_verdict": "partially"})
+    write_results(res, claim=claim, scale="default", metrics=[metric(claim, "x", 1.0, "ratio")],
+                  verdict=verdict(claim, "not_applicable", "placeholder"), config={}, fingerprint=_fp("hw"))
+    (res / "verdict.json").write_text(json.dumps({**v, "scale": "default", "hardware": "hw"}))
+    page = tmp_path / "reports" / "hw" / "default" / f"{claim}.md"
+    pages.claim_page(claim, res, page, page.with_suffix(""))
+    md, html = page.read_text(), page.with_suffix(".html").read_text()
+    for text in ("Verdict: **inconclusive**", "## What this verdict means", "Cannot say whether attention collapses",
+                 "## Gates", "control model learned", "## Setup beside the paper", "48 layers", "12 layers",
+                 "[1.2, 2.6] (95% CI)", "spread too wide", "**headline**", "undecided", "loadavg_after 1.25",
+                 "Re-judged: this verdict was computed by the rule at commit `abcdef1234`", "was **partially**"):
+        assert text in md, text
+    assert '<h2 class="verdict">Verdict: <strong>inconclusive</strong>' in html and "Setup beside the paper" in html
+    assert "spread too wide" in html
+    # figures are embedded (the report shows the page from a data URI), captions escape reST and Jinja
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    fig.savefig(tmp_path / "f.png")
+    plt.close(fig)
+    assert '<img src="data:image/png;base64,iVBOR' in pages.render_html([("figure", tmp_path / "f.png", "cap")], "t")
+    rst = pages.caption_rst("a *b* {{ c }} <d>")
+    assert "{% raw %}" in rst and "raw:: html" in rst and "&lt;d&gt;" in rst
+    # an old verdict.json without the new keys still renders, without their sections
+    old = {"claim": claim, "verdict": "reproduced", "reason": "ok",
+           "checks": [{"name": "c", "passed": True, "measured": "1", "expected": "1"}]}
+    (res / "verdict.json").write_text(json.dumps(old))
+    pages.claim_page(claim, res, page, page.with_suffix(""))
+    md = page.read_text()
+    assert "Verdict: **reproduced**" in md and "Setup beside" not in md and "headline" not in md
+
+
+def test_shorten_cuts_at_a_clause_boundary_only():
+    reason = "3/6 checks hold; failing: ratio 1.032 (IQR 0.040); reduction -3.2% (paper: 6.9%); " * 10
+    short = pages.shorten(reason, 120)
+    assert len(short) <= 127 and short.endswith("; (...)") and reason.startswith(short[:-6])
+    assert pages.shorten("short", 120) == "short"
+    assert pages.shorten("x" * 300, 120) == "x" * 300  # no boundary: never cut mid-word or mid-number
+    frame = pd.DataFrame([{"a": 1}])
+    assert "a" in pages._table(frame)
+
+
+def smk(*args, cwd=ROOT, timeout=900):
+    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_two_machines_in_the_workflow_flag_the_flipped_checks(tmp_path):
+    """reproduce_all at scale tiny under two hardware ids; one machine's verdict.json is edited to differ; the
+    matrix rule (part of reproduce_all) then flags both cells with the flipped check."""
+    claims = "claims=[block_numerics]"
+    for hw in ("test-hw-a", "test-hw-b"):
+        r = smk("reproduce_all", "--cores", "2", "--directory", str(tmp_path), "--config", "scale=tiny",
+                f"hardware={hw}", claims)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    md = (tmp_path / "reports/matrix.md").read_text()
+    assert "`test-hw-a` tiny" in md and "`test-hw-b` tiny" in md and "FLAG [1]" not in md
+    vpath = tmp_path / "results/test-hw-b/tiny/block_numerics/verdict.json"
+    v = json.loads(vpath.read_text())
+    flipped = v["checks"][0]["name"]
+    v["checks"][0]["passed"] = not v["checks"][0]["passed"]
+    v["verdict"] = "not_reproduced"
+    vpath.write_text(json.dumps(v))
+    r = smk("reproduce_all", "--cores", "2", "--directory", str(tmp_path), "--config", "scale=tiny",
+            "hardware=test-hw-b", claims)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "rule block_numerics:" not in r.stdout  # the experiment is not rerun, only its page and the matrix
+    md = (tmp_path / "reports/matrix.md").read_text()
+    assert "FLAG [1]" in md and "FLAG [2]" in md, md
+    assert "**not_reproduced** here, **not_applicable** on `test-hw-a`" in md
+    assert f"{flipped}: " in md and "on test-hw-a" in md and "on test-hw-b" in md
+    page = (tmp_path / "reports/test-hw-b/tiny/block_numerics.md").read_text()
+    assert "Verdict: **not_reproduced**" in page
