@@ -198,8 +198,6 @@ def verdict_from_checks(claim: str, checks: list[dict], scale: str, *, gates: li
     """
     heads = [c for c in checks if c.get("headline")]
     meaning = meaning or _meaning(heads, scale)
-    if checks and not heads:
-        raise ValueError(f"{claim}: no headline check (mark the claim's main statement with headline=True)")
     extra = {**extra, "gates": list(gates or []), "setup": list(setup or []),
              "meaning": meaning}
     decided = [c for c in checks if c["passed"] is not None]
@@ -209,7 +207,7 @@ def verdict_from_checks(claim: str, checks: list[dict], scale: str, *, gates: li
     if scale == "tiny":
         return verdict(claim, "not_applicable", "tiny scale checks plumbing only; no verdict is claimed. "
                        + "; ".join(_check_text(c) for c in heads[:3]), checks=checks, **extra)
-    if not checks or (not decided and all(c.get("undecided_because", "").startswith("not applicable")
+    if not checks or (not decided and all((c.get("undecided_because") or "").startswith("not applicable")
                                           for c in checks)):
         return verdict(claim, "not_applicable", "no check can be measured on this hardware/scale"
                        + (": " + checks[0]["undecided_because"] if checks else ""), checks=checks, **extra)
@@ -218,6 +216,9 @@ def verdict_from_checks(claim: str, checks: list[dict], scale: str, *, gates: li
     if failed_heads:
         status, shown = "not_reproduced", failed_heads + [c for c in failed if c not in failed_heads]
         lead = f"headline fails; {counts}. "
+    elif not heads:  # the run was too small to make the headline check at all (e.g. a 1-layer stack)
+        return verdict(claim, "inconclusive", f"no headline check could be made by this run; {counts}",
+                       checks=checks, **extra)
     elif undecided_heads:
         status, shown = "inconclusive", undecided_heads
         lead = f"headline undecided; {counts}. "
