@@ -384,15 +384,28 @@ BUILDERS = {"llama": _llama, "mistral": _llama, "gpt2": _gpt2, "opt": _opt, "ber
 
 
 # ------------------------------------------------------------------------------------------------------ loading
-def load_pretrained(folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                    attention: str | None = None):
-    """Load a Hugging Face checkpoint folder into the suite's model; returns ``(model, HFImport)``.
+@dataclass
+class _Plan:
+    folder: Path
+    cfg: dict
+    family: str
+    architecture: str
+    kind: str
+    mcfg: Any
+    mapping: dict  # HF tensor name (as in the folder) -> suite key, or (suite key pattern, transform)
+    ignore: tuple
+    notes: list
+    tensors: _Tensors
 
-    ``dtype``/``device``: where the weights end up (the model is built in float32 on CPU, filled, then moved).
-    ``attention``: the block's attention backend (default "sdpa"; "math" or "triton" work the same)."""
-    from .models import DecoderLM, EncoderModel
-    from .params import count_by_slot
+    def build(self, device="cpu"):
+        from .models import DecoderLM, EncoderModel
 
+        with torch.device(device):
+            return DecoderLM(self.mcfg) if self.kind == "decoder_lm" else EncoderModel(self.mcfg)
+
+
+def plan_folder(folder: str | Path, attention: str | None = None) -> _Plan:
+    """Read config.json and the safetensors headers (no weights): the suite's ModelConfig and the tensor mapping."""
     folder = Path(folder)
     cfg = read_config(folder)
     family = cfg.get("model_type")
@@ -417,14 +430,58 @@ def load_pretrained(folder: str | Path, dtype: torch.dtype = torch.float32, devi
         mcfg = mcfg.replace(pooler=False)
         top = {k: v for k, v in top.items() if k not in pooler_keys}
         notes.append("no pooler tensors in the checkpoint: imported without the pooler")
+    mapping = {src_name(k): v for k, v in {**top, **layers}.items()}
+    return _Plan(folder, cfg, family, archs[0], kind, mcfg, mapping, tuple(ignore), notes, tensors)
 
-    with torch.device("cpu"):
-        model = DecoderLM(mcfg) if kind == "decoder_lm" else EncoderModel(mcfg)
+
+def count_folder(folder: str | Path) -> dict:
+    """Parameters of a checkpoint folder without loading weights: the suite's model built from config.json on the
+    meta device (``count_by_slot``) beside the checkpoint's own total, the elements of the tensors the model reads
+    (from the safetensors headers)."""
+    from .params import active_parameters, count_by_slot
+
+    plan = plan_folder(folder)
+    missing = [k for k in plan.mapping if k not in plan.tensors]
+    if missing:
+        raise HFImportError(f"{plan.folder}: missing tensor {missing[0]!r} in the safetensors files")
+    model = plan.build("meta")
+    return {"slots": count_by_slot(model), "active": active_parameters(model), "model": model, "plan": plan,
+            "checkpoint_params": plan.tensors.numel(sorted(plan.mapping))}
+
+
+def _materialize_buffers(model: torch.nn.Module, device) -> None:
+    """Non-persistent buffers of a model built on the meta device, made real (head gates, sinusoid tables)."""
+    from .models import sinusoidal_table
+
+    for module in model.modules():
+        for name, buf in list(module.named_buffers(recurse=False)):
+            if buf is None or buf.device.type != "meta":
+                continue
+            if name == "head_gate":
+                module.head_gate = torch.ones(buf.shape, device=device)
+            elif name == "sinusoid":
+                module.sinusoid = sinusoidal_table(*buf.shape).to(device)
+            else:  # pragma: no cover - a new buffer kind must be added here
+                raise HFImportError(f"internal: buffer {name} of {type(module).__name__} cannot be materialised")
+
+
+def load_pretrained(folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                    attention: str | None = None):
+    """Load a Hugging Face checkpoint folder into the suite's model; returns ``(model, HFImport)``.
+
+    ``dtype``/``device``: where the weights end up; the model is built on the meta device and takes the
+    checkpoint's tensors (converted to ``dtype``) directly, so a 7B model needs its weights' memory once.
+    ``attention``: the block's attention backend (default "sdpa"; "math" or "triton" work the same)."""
+    from .params import count_by_slot
+
+    plan = plan_folder(folder, attention)
+    folder, mcfg, tensors = plan.folder, plan.mcfg, plan.tensors
+    model = plan.build("meta")
     target = model.state_dict()
     new: dict[str, torch.Tensor] = {}
     mismatched = []
-    for hf_name, dst in {**top, **layers}.items():
-        t = tensors.get(src_name(hf_name))
+    for hf_name, dst in plan.mapping.items():
+        t = tensors.get(hf_name)
         names, fn = (dst, None) if isinstance(dst, str) else dst
         vals = fn(t) if fn else t
         if "{q,k,v}" in names:
@@ -438,9 +495,9 @@ def load_pretrained(folder: str | Path, dtype: torch.dtype = torch.float32, devi
                 if key.endswith("embed.position.weight") and v.shape[0] >= target[key].shape[0]:
                     v = v[: target[key].shape[0]]
                 else:
-                    mismatched.append(f"{src_name(hf_name)} {tuple(v.shape)} -> {key} {tuple(target[key].shape)}")
+                    mismatched.append(f"{hf_name} {tuple(v.shape)} -> {key} {tuple(target[key].shape)}")
                     continue
-            new[key] = v.float()
+            new[key] = v.to(device=device, dtype=dtype).contiguous()
     if mismatched:
         raise HFImportError(f"{folder}: shape mismatches (config.json disagrees with the tensors): "
                             f"{'; '.join(mismatched[:8])}")
@@ -450,18 +507,19 @@ def load_pretrained(folder: str | Path, dtype: torch.dtype = torch.float32, devi
     if missing:
         raise HFImportError(f"{folder}: no tensor for the model's {', '.join(missing[:8])}")
     rest = sorted(set(tensors.files) - tensors.used)
-    unused = [k for k in rest if src_name(k).startswith(HEAD_PREFIXES) or k.startswith(HEAD_PREFIXES)]
-    unknown = [k for k in rest if k not in unused and not k.endswith(tuple(ignore))]
+    unused = [k for k in rest if k.startswith(HEAD_PREFIXES)]
+    unknown = [k for k in rest if k not in unused and not k.endswith(plan.ignore)]
     if unknown:
-        raise HFImportError(f"{folder}: unexpected tensors for {family} ({archs[0] or '?'}): "
+        raise HFImportError(f"{folder}: unexpected tensors for {plan.family} ({plan.architecture or '?'}): "
                             f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}")
-    model.load_state_dict(new, strict=True)
-    model = model.to(device=device, dtype=dtype).eval()
-    used_numel = tensors.numel(sorted(tensors.used))
-    info = HFImport(folder=folder, family=family, architecture=archs[0], kind=kind, model_cfg=mcfg, hf_config=cfg,
-                    params=count_by_slot(model), checkpoint_params=used_numel, unused=unused, notes=notes,
-                    bos_id=cfg.get("bos_token_id"), eos_id=cfg.get("eos_token_id"), pad_id=cfg.get("pad_token_id"))
-    log.info("imported %s (%s, %s): %d layers, d=%d, %s parameters%s", folder, family, archs[0],
+    model.load_state_dict(new, strict=True, assign=True)
+    _materialize_buffers(model, device)
+    model = model.to(device=device).eval()
+    info = HFImport(folder=folder, family=plan.family, architecture=plan.architecture, kind=plan.kind, model_cfg=mcfg,
+                    hf_config=plan.cfg, params=count_by_slot(model), checkpoint_params=tensors.numel(sorted(tensors.used)),
+                    unused=unused, notes=plan.notes, bos_id=plan.cfg.get("bos_token_id"),
+                    eos_id=plan.cfg.get("eos_token_id"), pad_id=plan.cfg.get("pad_token_id"))
+    log.info("imported %s (%s, %s): %d layers, d=%d, %s parameters%s", folder, plan.family, plan.architecture,
              mcfg.n_decoder_layers or mcfg.n_encoder_layers, mcfg.block.d_model, f"{info.params['total']:,}",
              f"; unused head tensors: {len(unused)}" if unused else "")
     return model, info
