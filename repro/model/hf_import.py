@@ -523,3 +523,56 @@ def load_pretrained(folder: str | Path, dtype: torch.dtype = torch.float32, devi
              mcfg.n_decoder_layers or mcfg.n_encoder_layers, mcfg.block.d_model, f"{info.params['total']:,}",
              f"; unused head tensors: {len(unused)}" if unused else "")
     return model, info
+
+
+# ------------------------------------------------------------------------------------------------------ tokenizer
+@dataclass
+class HFTokenizer:
+    """The folder's tokenizer with the suite's interface (``encode``, ``decode``, ``pad_id``/``bos_id``/``eos_id``):
+    ``tokenizer.model`` (sentencepiece: Llama-2, Mistral v0.1) read with sentencepiece, or ``tokenizer.json`` read
+    with the ``tokenizers`` library when it is installed.  No special tokens are added by ``encode``."""
+
+    path: Path
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    _encode: Callable[[str], list[int]]
+    _decode: Callable[[list[int]], str]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encode(text))
+
+    def decode(self, ids) -> str:
+        return self._decode(list(ids))
+
+
+def load_tokenizer(folder: str | Path, cfg: Mapping | None = None) -> HFTokenizer:
+    """The tokenizer of a checkpoint folder; bos/eos/pad ids from config.json (pad: pad_token_id, else 0)."""
+    folder = Path(folder)
+    cfg = cfg if cfg is not None else read_config(folder)
+    spm_path, json_path = folder / "tokenizer.model", folder / "tokenizer.json"
+    if spm_path.exists():
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=str(spm_path))
+        enc, dec, path = (lambda s: sp.encode(s)), (lambda ids: sp.decode(ids)), spm_path
+        bos, eos = sp.bos_id(), sp.eos_id()
+    elif json_path.exists():
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise HFImportError(f"{json_path}: reading tokenizer.json needs the 'tokenizers' package "
+                                "(pip install tokenizers)") from None
+        tk = Tokenizer.from_file(str(json_path))
+        enc = lambda s: tk.encode(s, add_special_tokens=False).ids  # noqa: E731
+        dec, path, bos, eos = (lambda ids: tk.decode(ids)), json_path, -1, -1
+    else:
+        raise HFImportError(f"{folder}: no tokenizer.model or tokenizer.json (the text cannot be tokenized)")
+    def first(v):
+        return v[0] if isinstance(v, list) and v else v
+
+    bos = first(cfg.get("bos_token_id")) if isinstance(first(cfg.get("bos_token_id")), int) else bos
+    eos = first(cfg.get("eos_token_id")) if isinstance(first(cfg.get("eos_token_id")), int) else eos
+    if bos is None or bos < 0 or eos is None or eos < 0:
+        raise HFImportError(f"{folder / 'config.json'}: bos_token_id / eos_token_id missing (needed for the text)")
+    return HFTokenizer(path, int(bos), int(eos), _pad(cfg), enc, dec)
