@@ -149,12 +149,17 @@ def test_opt_pre_and_post_ln_match_transformers(tmp_path, pre):
     assert info.checkpoint_params - info.params["total"] == 2 * 32
 
 
+def _bert(tmp_path, cls, seed, **over):
+    cfg = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+               max_position_embeddings=32, type_vocab_size=2)
+    torch.manual_seed(seed)
+    ref = cls(transformers.BertConfig(**{**cfg, **over})).eval()
+    return ref, _save(ref, tmp_path / cls.__name__)
+
+
 def test_bert_with_pooler_matches_transformers(tmp_path):
-    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=48, max_position_embeddings=32, type_vocab_size=2)
-    torch.manual_seed(11)
-    ref = transformers.BertModel(cfg).eval()
-    model, info = load_pretrained(_save(ref, tmp_path / "bert"))
+    ref, folder = _bert(tmp_path, transformers.BertModel, 11)
+    model, info = load_pretrained(folder)
     assert info.kind == "encoder" and model.pooler is not None
     assert info.params["total"] == sum(p.numel() for p in ref.parameters())
     g = torch.Generator().manual_seed(12)
@@ -175,11 +180,8 @@ def test_bert_with_pooler_matches_transformers(tmp_path):
 
 
 def test_bert_task_heads_are_listed_not_imported(tmp_path):
-    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                  intermediate_size=48, max_position_embeddings=32, num_labels=3)
-    torch.manual_seed(13)
-    ref = transformers.BertForSequenceClassification(cfg).eval()
-    model, info = load_pretrained(_save(ref, tmp_path / "cls"))
+    ref, folder = _bert(tmp_path, transformers.BertForSequenceClassification, 13, num_hidden_layers=1, num_labels=3)
+    model, info = load_pretrained(folder)
     assert info.unused == ["classifier.bias", "classifier.weight"] and model.pooler is not None
     with torch.no_grad():
         tokens = torch.randint(1, 64, (1, 6))
