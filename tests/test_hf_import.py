@@ -95,7 +95,18 @@ def test_llama_rope_scaling_theta_and_tied_head(tmp_path):
     b = model.cfg.block
     assert b.rope_base == 500000.0 and b.rope_scaling["type"] == "llama3" and b.dim_head == 16
     assert model.cfg.tie_output
-    _compare_decoder(ref, model, torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(3)))
+    tokens = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(3))
+    _compare_decoder(ref, model, tokens)
+    # the same folder in transformers 4's config layout (rope_theta and rope_scaling at the top; Llama-2/3 files)
+    cfg = json.loads((folder / "config.json").read_text())
+    rp = cfg.pop("rope_parameters", None) or {}
+    cfg["rope_theta"] = rp.pop("rope_theta", 500000.0)
+    cfg["rope_scaling"] = rp or scaling
+    (folder / "config.json").write_text(json.dumps(cfg))
+    v4, _ = load_pretrained(folder)
+    assert v4.cfg.block == model.cfg.block
+    with torch.no_grad():
+        torch.testing.assert_close(v4(tokens), model(tokens))
     ref, folder = _llama(tmp_path, name="linear", rope_scaling={"rope_type": "linear", "factor": 2.0})
     model, _ = load_pretrained(folder)
     assert model.cfg.block.rope_scaling == {"type": "linear", "factor": 2.0}
