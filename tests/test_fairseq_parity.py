@@ -64,21 +64,24 @@ def test_encoder_and_teacher_forced_logprobs_match_fairseq(v):
     assert worst_enc < 1e-4 and worst_lp < 1e-4
 
 
-@pytest.mark.parametrize("v", VARIANTS)
-def test_beam5_nbest_equals_fairseq(v):
+@pytest.mark.parametrize("v,cap", [(v, c) for v in VARIANTS for c in ("max_len_b", "short_max_len_b")])
+def test_beam5_nbest_equals_fairseq(v, cap):
+    """max_len_b 40: hypotheses end by themselves; short_max_len_b 4: about half end with the forced eos."""
     imp, refs, _ = _load(v)
     m = refs["meta"]
     pad, eos = m["pad"], m["eos"]
     assert imp.bos_id == eos and imp.tgt_vocab == m["tgt_dict_size"]
     by_id = {s["id"]: s for s in refs["sentences"]}
-    n_hyp = n_same = 0
+    key = "nbest" if cap == "max_len_b" else "nbest_short"
+    n_hyp = n_same = n_capped = 0
     worst = 0.0
     for batch in refs["batches"]:
         src, mask = _left_pad([by_id[i]["src"] for i in batch], pad)
         got = beam_search(imp.model, src, mask, imp.bos_id, eos, pad, beam=m["beam"], len_penalty=m["len_penalty"],
-                          max_len_a=m["max_len_a"], max_len_b=m["max_len_b"], vocab_limit=imp.tgt_vocab)
+                          max_len_a=m["max_len_a"], max_len_b=m[cap], vocab_limit=imp.tgt_vocab)
         for i, hyps in zip(batch, got):
-            want = by_id[i]["nbest"]
+            want = by_id[i][key]
+            n_capped += sum(len(w["tokens"]) == m[cap] + 1 for w in want)
             assert len(hyps) == len(want) == m["beam"]
             for (score, toks, pos), w in zip(hyps, want):
                 n_hyp += 1
@@ -86,8 +89,10 @@ def test_beam5_nbest_equals_fairseq(v):
                 if toks == w["tokens"]:
                     worst = max(worst, abs(score - w["score"]),
                                 max(abs(a - b) for a, b in zip(pos, w["positional_scores"])))
-    print(f"{v}: {n_same}/{n_hyp} hypotheses equal fairseq's, max score difference {worst:.2e}")
+    print(f"{v}, {cap}={m[cap]}: {n_same}/{n_hyp} hypotheses equal fairseq's ({n_capped} at the cap), "
+          f"max score difference {worst:.2e}")
     assert n_same == n_hyp and worst < 1e-5
+    assert n_capped > 0 if cap == "short_max_len_b" else True
     # greedy (beam 1 of fairseq's rules) ends every hypothesis too: none of them runs to the cap unless the best
     # beam hypothesis does
     src, mask = _left_pad([by_id[i]["src"] for i in refs["batches"][0]], pad)
