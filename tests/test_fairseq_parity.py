@@ -98,3 +98,42 @@ def test_beam5_nbest_equals_fairseq(v, cap):
     src, mask = _left_pad([by_id[i]["src"] for i in refs["batches"][0]], pad)
     greedy = greedy_decode(imp.model, src, mask, imp.bos_id, eos, pad, 0, m["max_len_b"], imp.tgt_vocab)
     assert all(len(h) <= m["max_len_b"] for h in greedy)
+
+
+def test_layer_pruning_paper_path_on_the_real_fairseq_checkpoint(tmp_path):
+    """The fairseq path of a paper section on the real checkpoint: layer_pruning imports it, decodes the test set
+    with fairseq's beam settings, and its unpruned BLEU is that of fairseq's own best hypotheses."""
+    from sacrebleu.metrics import BLEU
+
+    from repro import config
+    from repro.claims import layer_pruning as lp
+    from repro.data import read_fairseq_dictionary
+    from repro.data.fairseq_io import write_indexed_dataset
+
+    if "post" not in VARIANTS:
+        pytest.skip("the Post-LN fixture is missing")
+    d, db = FIXTURE / "post", tmp_path / "data-bin"
+    db.mkdir()
+    refs = json.loads((d / "refs.json").read_text())
+    sents = refs["sentences"]
+    for lang in ("de", "en"):
+        (db / f"dict.{lang}.txt").write_text((d / f"dict.{lang}.txt").read_text())
+    for split in ("train", "valid", "test"):
+        for lang, key in (("de", "src"), ("en", "tgt")):
+            write_indexed_dataset(db / f"{split}.de-en.{lang}", [s[key] for s in sents], vocab_size=3168)
+    params = config.section(lp.CLAIM, "paper")
+    params.update(device="cpu", fairseq_checkpoint=str(d / "checkpoint.pt"), data_path=str(db),
+                  stacks=["decoder"], rules=["angular", "random"], random_seeds=[0])
+    params["calibration"].update(sentences=16, max_tokens=512)
+    params["eval"].update(test_sentences=len(sents), valid_sentences=16, max_tokens=2048, decoder="beam", beam=5,
+                          max_len_a=0, max_len_b=40, full_test_report=False)
+    params["heal"].update(steps=1, max_tokens=256, fractions={"decoder": []}, control=False)
+    out = tmp_path / "layer_pruning"
+    out.mkdir()
+    rows, _ = lp.run(params, "paper", out)
+    [base] = lp._sel(rows, "bleu", stack="decoder", rule="none", healed=False)
+    td = read_fairseq_dictionary(d / "dict.en.txt")
+    hyps = [td.string(s["nbest"][0]["tokens"]) for s in sents]
+    want = BLEU().corpus_score(hyps, [[td.string(s["tgt"]) for s in sents]]).score
+    print(f"unpruned BLEU through layer_pruning {base['value']:.4f}, from fairseq's hypotheses {want:.4f}")
+    assert base["value"] == pytest.approx(want, abs=1e-9)
