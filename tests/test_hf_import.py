@@ -190,13 +190,25 @@ def test_bert_with_pooler_matches_transformers(tmp_path):
     torch.testing.assert_close(pooled, out.pooler_output, atol=ATOL, rtol=1e-4)
 
 
-def test_bert_task_heads_are_listed_not_imported(tmp_path):
+def test_bert_classifier_imported_and_mlm_head_listed(tmp_path):
     ref, folder = _bert(tmp_path, transformers.BertForSequenceClassification, 13, num_hidden_layers=1, num_labels=3)
     model, info = load_pretrained(folder)
-    assert info.unused == ["classifier.bias", "classifier.weight"] and model.pooler is not None
+    assert info.unused == [] and model.cfg.n_classes == 3
+    tokens = torch.randint(1, 64, (2, 6), generator=torch.Generator().manual_seed(14))
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[0, 4:] = True
+    tokens[mask] = 0
     with torch.no_grad():
-        tokens = torch.randint(1, 64, (1, 6))
-        torch.testing.assert_close(model.pool(model(tokens)), ref.bert(tokens).pooler_output, atol=ATOL, rtol=1e-4)
+        want = ref(input_ids=tokens, attention_mask=(~mask).long()).logits
+        torch.testing.assert_close(model.classify(tokens, mask), want, atol=ATOL, rtol=1e-4)
+    assert info.params["total"] == sum(p.numel() for p in ref.parameters())
+    # a masked-LM checkpoint: no pooler stored; the MLM head is listed, not imported
+    ref, folder = _bert(tmp_path, transformers.BertForMaskedLM, 15, num_hidden_layers=1)
+    model, info = load_pretrained(folder)
+    assert model.pooler is None and info.unused and all(k.startswith("cls.") for k in info.unused)
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens, mask)[~mask], ref.bert(tokens, attention_mask=(~mask).long())
+                                   .last_hidden_state[~mask], atol=ATOL, rtol=1e-4)
 
 
 def test_bert_base_counts_109482240_with_pooler():

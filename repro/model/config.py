@@ -185,6 +185,7 @@ class ModelConfig:
     final_norm: bool | None = None  # None: on for pre-norm, off for post-norm
     embed_norm: bool = False  # a norm right after the embeddings (BERT)
     pooler: bool = False  # encoder models: dense + tanh on the first ([CLS]) token (BERT's pooler)
+    n_classes: int = 0  # encoder models: a linear classifier on the pooled output (BERT fine-tuned on a task)
     pad_id: int = 0
     checkpoint: str = "none"  # stack policy: none | full | every_k | sqrt | selective
     checkpoint_every: int = 2  # segment length for every_k
@@ -200,10 +201,12 @@ class ModelConfig:
             raise ConfigError(f"{p}block: expected a BlockConfig or mapping, got {type(block).__name__}")
         for key in ("vocab_size", "max_seq_len", "checkpoint_every"):
             _check_positive(p, key, getattr(self, key))
-        for key in ("n_encoder_layers", "n_decoder_layers", "n_token_types", "pad_id"):
+        for key in ("n_encoder_layers", "n_decoder_layers", "n_token_types", "pad_id", "n_classes"):
             _check_positive(p, key, getattr(self, key), allow_zero=True)
         _check_choice(p, "positional", self.positional, POSITIONAL)
         _check_choice(p, "checkpoint", self.checkpoint, STACK_CHECKPOINT)
+        if self.n_classes and not self.pooler:
+            raise ConfigError(f"{p}n_classes: a classifier reads the pooled output; set pooler: true")
         if self.pad_id >= self.vocab_size:
             raise ConfigError(f"{p}pad_id: {self.pad_id} is outside the vocabulary of size {self.vocab_size}")
 

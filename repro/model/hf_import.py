@@ -25,7 +25,8 @@ Families and their mapping onto the block:
   Conv1D weights are stored transposed.
 * ``opt``: Pre-LN (``do_layer_norm_before``) or Post-LN (OPT-350m), ReLU, learned positions stored with an offset
   of 2 rows (positions count real tokens from the attention mask, as the suite's models do).
-* ``bert``: Post-LN, exact GELU, embedding LayerNorm, token types, learned positions, pooler (dense + tanh).
+* ``bert``: Post-LN, exact GELU, embedding LayerNorm, token types, learned positions, pooler (dense + tanh), and
+  for ``BertForSequenceClassification`` its classifier (``EncoderModel.classify``).
 
 Anything else (another ``model_type``, a feature the block cannot express such as OPT's ``project_in``, a missing
 tensor, an unexpected one, a shape mismatch) raises :class:`HFImportError` naming it.
@@ -328,10 +329,17 @@ def _bert(cfg: Mapping, folder: Path):
     block = BlockConfig(d_model=d, n_heads=_req(cfg, "num_attention_heads", folder),
                         d_ff=_req(cfg, "intermediate_size", folder), norm="layernorm", norm_position="post",
                         norm_eps=float(cfg.get("layer_norm_eps", 1e-12)), attention="sdpa", ffn=acts[act], bias=True)
+    archs = cfg.get("architectures") or []
+    classes = 0
+    if "BertForSequenceClassification" in archs:  # the classifier is imported; other task heads are listed unused
+        classes = int(cfg.get("num_labels") or len(cfg.get("id2label") or {}) or 2)
+        if cfg.get("problem_type") not in (None, "single_label_classification"):
+            raise HFImportError(f"{path}: problem_type={cfg['problem_type']!r} is not supported "
+                                "(single_label_classification)")
     mcfg = ModelConfig(block=block, vocab_size=_req(cfg, "vocab_size", folder), n_encoder_layers=L,
                        n_decoder_layers=0, max_seq_len=int(_req(cfg, "max_position_embeddings", folder)),
                        positional="learned", n_token_types=int(cfg.get("type_vocab_size", 2)), embed_scale=False,
-                       final_norm=False, embed_norm=True, pooler=True, pad_id=_pad(cfg))
+                       final_norm=False, embed_norm=True, pooler=True, n_classes=classes, pad_id=_pad(cfg))
     pre = "bert."
 
     def mapping(n: int) -> dict[str, str]:
@@ -348,6 +356,8 @@ def _bert(cfg: Mapping, folder: Path):
            f"{e}token_type_embeddings.weight": "encoder.embed.token_type.weight",
            f"{e}LayerNorm.weight": "encoder.embed.norm.weight", f"{e}LayerNorm.bias": "encoder.embed.norm.bias",
            f"{pre}pooler.dense.weight": "pooler.dense.weight", f"{pre}pooler.dense.bias": "pooler.dense.bias"}
+    if classes:
+        top.update({"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"})
     return "encoder", mcfg, top, _per_layer(mapping, L, "encoder"), {"prefix_optional": pre}, (
         "embeddings.position_ids",), []
 

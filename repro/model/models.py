@@ -195,15 +195,28 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))
 
 
+class Classifier(nn.Linear):
+    slot = "other"
+
+
 class EncoderModel(nn.Module):
     """Encoder-only model (BERT shape) without the MLM head: the backbone, and with ``model.pooler`` BERT's pooler
-    (BERT-base then counts 109,482,240 parameters, Devlin et al.'s 110M)."""
+    (BERT-base then counts 109,482,240 parameters, Devlin et al.'s 110M); with ``model.n_classes`` a linear
+    classifier on the pooled output (BERT fine-tuned on a classification task, e.g. MNLI in Michel et al. 2019)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.encoder = Encoder(cfg)
         self.pooler = Pooler(cfg.block.d_model) if cfg.pooler else None
+        self.classifier = Classifier(cfg.block.d_model, cfg.n_classes) if cfg.n_classes else None
+        self.drop = nn.Dropout(cfg.block.dropout)
+
+    def classify(self, tokens, pad_mask=None, token_types=None) -> torch.Tensor:
+        """Class logits (B, n_classes): classifier(dropout(pooler(encoder(tokens))))."""
+        if self.classifier is None:
+            raise ValueError("model.n_classes: this encoder model has no classifier")
+        return self.classifier(self.drop(self.pool(self(tokens, pad_mask, token_types=token_types))))
 
     def forward(self, tokens, pad_mask=None, return_hidden=False, token_types=None):
         return self.encoder(tokens, key_padding_mask=pad_mask, return_hidden=return_hidden, token_types=token_types)
