@@ -14,6 +14,8 @@ import pytest
 import torch
 import yaml
 
+import repro.kernels  # noqa: F401  before transformers (which imports triton): CPU kernels keep the interpreter
+
 transformers = pytest.importorskip("transformers", reason="transformers (the test extra) writes the tiny folder")
 
 from repro import config  # noqa: E402
