@@ -264,3 +264,36 @@ def test_corrupt_and_unsafe_checkpoints_refused(tmp_path):
 class _Evil:
     def __reduce__(self):
         return (print, ("unpickled!",))
+
+
+def test_left_padded_sources_and_eos_start_decoding(tmp_path):
+    """fairseq batches left-pad the source: the imported model gives each sentence the same encoder output as
+    unpadded; decoding that starts with eos (fairseq's convention) ends every hypothesis with eos by the cap, and the
+    beam's scores are the mean of its per-token log-probabilities (fairseq's normalisation, lenpen 1)."""
+    from repro.train.decode import beam_search, greedy_decode
+
+    rng = torch.Generator().manual_seed(4)
+    w = _fairseq_state(rng, 2, 2, 30, 30, True)
+    imp = import_fairseq_checkpoint(_write(tmp_path, w, _args(2, 2, True, False, False), 30, 30))
+    pad, eos = 1, 2
+    rows = [[5, 9, 17, 4, eos], [8, 6, eos]]
+    left = _left_pad(rows, pad)
+    right, rmask = _right_pad(rows, pad)
+    with torch.no_grad():
+        el, er = imp.model.encode(left, left.eq(pad)), imp.model.encode(right, rmask)
+        alone = imp.model.encode(torch.tensor([rows[1]]))
+    torch.testing.assert_close(el[1, 2:], alone[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(er[1, :3], alone[0], atol=1e-5, rtol=1e-5)
+    for src, mask in ((left, left.eq(pad)), (right, rmask)):
+        greedy = greedy_decode(imp.model, src, mask, eos, eos, pad, max_len_a=0, max_len_b=6)
+        assert all(len(h) <= 6 and eos not in h and pad not in h for h in greedy)
+        nbest = beam_search(imp.model, src, mask, eos, eos, pad, beam=3, max_len_a=0, max_len_b=6)
+        for hyps in nbest:
+            assert len(hyps) == 3
+            for score, toks, pos in hyps:
+                assert toks[-1] == eos and len(toks) <= 7 and len(pos) == len(toks)
+                assert score == pytest.approx(sum(pos) / len(toks), abs=1e-5)
+            assert [h[0] for h in hyps] == sorted((h[0] for h in hyps), reverse=True)
+    lb = beam_search(imp.model, left, left.eq(pad), eos, eos, pad, beam=3, max_len_a=0, max_len_b=6)
+    rb = beam_search(imp.model, right, rmask, eos, eos, pad, beam=3, max_len_a=0, max_len_b=6)
+    assert [[h[1] for h in s] for s in lb] == [[h[1] for h in s] for s in rb]

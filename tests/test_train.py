@@ -124,9 +124,11 @@ def test_post_ln_without_warmup_at_huge_lr_diverges_or_stalls():
 
 def _uncached_greedy(model, src, mask, cap):
     out = torch.full((src.shape[0], 1), BOS)
-    for _ in range(cap):
+    for t in range(cap):
         logits = model(src, out, mask)[:, -1]
         logits[:, [BOS, PAD]] = float("-inf")
+        if t == 0:
+            logits[:, EOS] = float("-inf")  # fairseq's min_len = 1
         out = torch.cat([out, logits.argmax(-1, keepdim=True)], 1)
     res = []
     for row in out[:, 1:].tolist():
@@ -140,10 +142,10 @@ def test_greedy_matches_uncached_and_beam1_matches_greedy():
     b = next(token_batches(enc, 1000, shuffle=False))
     cap_a, cap_b = 1.0, 3
     got = greedy_decode(model, b.src, b.src_pad_mask, BOS, EOS, PAD, cap_a, cap_b)
-    caps = ((~b.src_pad_mask).sum(1) - 1) * cap_a + cap_b
+    caps = (~b.src_pad_mask).sum(1) * cap_a + cap_b  # fairseq: max_len tokens, then eos (src_len with its eos)
     ref = _uncached_greedy(model, b.src, b.src_pad_mask, int(caps.max()))
     for g, r, c in zip(got, ref, caps.tolist()):
-        assert g == r[: int(c) - 1] or g == r[: len(g)]
+        assert g == r[: int(c)] or g == r[: r.index(EOS)]
         assert len(g) <= c
     beam1 = beam_decode(model, b.src, b.src_pad_mask, BOS, EOS, PAD, beam=1, max_len_a=cap_a, max_len_b=cap_b)
     assert beam1 == got

@@ -2,14 +2,15 @@
 # config/claims/layer_pruning.yaml. Prunes the shared trained models of the translation artefact
 # (workflows/translation.smk: the encoder-decoder and the target-side LM; never retrains them), unless
 # layer_pruning.translation_model / lm_model name other model folders or fairseq_checkpoint (paper scale) points
-# to a fairseq checkpoint, which the claim imports itself.
+# to a fairseq checkpoint, which the claim imports itself; hf_model (a Hugging Face folder, e.g. Llama-2) with
+# text_path replaces the shared LM as the lm stack.
 import json as _lp_json
 import os as _lp_os
 
 _LP = _lp_json.loads(W.params("layer_pruning"))
 _LP_TR = [] if (_LP.get("fairseq_checkpoint") or _LP.get("translation_model")
                 or not {"encoder", "decoder"} & set(_LP["stacks"])) else f"{W.models}/translation/checkpoint_last.pt"
-_LP_LM = [] if (_LP.get("lm_model") or "lm" not in _LP["stacks"]) else f"{W.models}/lm/checkpoint_last.pt"
+_LP_LM = [] if (_LP.get("lm_model") or _LP.get("hf_model") or "lm" not in _LP["stacks"]) else f"{W.models}/lm/checkpoint_last.pt"
 
 
 rule layer_pruning:

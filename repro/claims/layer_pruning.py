@@ -19,6 +19,11 @@ BLEU, and the decoder-only LM trained on the corpus's target side, scored by val
   (Mistral-7B), 25% (Phi-2), 20% (Qwen) and ShortGPT's 27% of Llama2-7B; whether the healed loss grows smoothly
   while unhealed quality falls off a cliff (Gromov Fig 3).
 
+Paper scale on the papers' own models: with ``hf_model`` (a Hugging Face folder of Llama-2, Mistral, ... imported by
+repro.model.hf_import) and ``text_path`` (a text file the user gives), the "lm" stack is that model: calibration,
+perplexity and healing text are a seeded split of the file's lines (Gromov et al. calibrate and heal on C4 and
+report perplexity and QA accuracy; task accuracy is not measured here).
+
 Layers are bypassed with ``BlockStack.skip`` for evaluation and removed with ``BlockStack.drop_layers`` for healing.
 BLEU is on the first ``eval.test_sentences`` test sentences (or the placeholder-free subset); the unpruned model's
 full-test and clean-subset BLEU and the copy baseline are reported beside it (the corpus caveat of issue 4).
@@ -83,7 +88,18 @@ def resolve_models(params: dict, out: Path) -> dict:
                     f"layer_pruning.translation_model: no trained translation model at {p} (build the shared artefact "
                     "with the translation rules, set translation_model, or set fairseq_checkpoint and data_path)")
             paths["encdec"] = ("trained", p)
-    if "lm" in stacks:
+    if params.get("hf_model"):
+        p = Path(params["hf_model"])
+        if not (p / "config.json").exists():
+            raise LayerPruningError(f"layer_pruning.hf_model: {p} is not a Hugging Face checkpoint folder "
+                                    "(no config.json)")
+        if not params.get("text_path") or not Path(params["text_path"]).is_file():
+            raise LayerPruningError(f"layer_pruning.text_path: {params.get('text_path')!r} is not an existing text "
+                                    "file (needed with hf_model: calibration, perplexity and healing text)")
+        if "lm" not in stacks:
+            raise LayerPruningError("layer_pruning.stacks: hf_model is pruned as the 'lm' stack; add lm to stacks")
+        paths["lm"] = ("hf", p)
+    elif "lm" in stacks:
         p = Path(params["lm_model"]) if params.get("lm_model") else models_dir / "lm"
         if not _checkpoint_file(p).exists():
             raise LayerPruningError(f"layer_pruning.lm_model: no trained LM at {p} (build the shared artefact "
@@ -98,6 +114,15 @@ def load_model(entry, params: dict, scale: str, out: Path, device: str):
     from repro.train.pipeline import load_trained
 
     kind, path = entry
+    if kind == "hf":
+        from repro.model.hf_import import load_pretrained, load_tokenizer
+        from repro.train.pipeline import Trained
+
+        model, info = load_pretrained(path, device=device)
+        tok = load_tokenizer(path, info.hf_config)
+        meta = {"hf_model": str(path), "family": info.family, "architecture": info.architecture,
+                "params": info.params["total"], "checkpoint_params": info.checkpoint_params, "notes": info.notes}
+        return Trained(model, tok, tok.bos_id, "lm", {}, meta), {"hf_model": str(path)}
     if kind == "fairseq":
         from repro.train.fairseq_import import import_to_checkpoint
 
@@ -350,6 +375,38 @@ def _data_for(t, tparams: dict, stack: str, params: dict) -> dict:
     return data
 
 
+def _text_data(t, params: dict) -> dict:
+    """Calibration, validation and healing batches from ``text_path`` for an imported model (``hf_model``): the
+    non-empty lines in a seeded order (``calibration.seed``), the first ``calibration.sentences`` for calibration,
+    the next ``eval.valid_sentences`` for perplexity, the rest for healing; each line is ``[bos] + tokens`` predicting
+    ``tokens + [eos]``, at most ``text_max_len`` tokens."""
+    from repro.data.batching import EncodedCorpus
+    from repro.train.pipeline import valid_batches
+
+    path = Path(params["text_path"])
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    ev, cal = params["eval"], params["calibration"]
+    n_cal, n_val = cal["sentences"], ev["valid_sentences"]
+    if len(lines) < n_cal + n_val + 1:
+        raise LayerPruningError(f"layer_pruning.text_path: {path} has {len(lines)} non-empty lines; calibration."
+                                f"sentences ({n_cal}) + eval.valid_sentences ({n_val}) + healing text need more")
+    order = np.random.default_rng(cal["seed"]).permutation(len(lines)).tolist()
+    tok, max_len = t.tokenizer, int(params["text_max_len"])
+
+    def enc(idx) -> EncodedCorpus:
+        tgt = [np.asarray(tok.encode(lines[i])[: max_len - 1], dtype=np.int64) for i in idx]
+        keep = [j for j, x in enumerate(tgt) if len(x)]
+        return EncodedCorpus([np.asarray([tok.eos_id], dtype=np.int64)] * len(keep), [tgt[j] for j in keep],
+                             np.asarray([idx[j] for j in keep], dtype=np.int64), tok.pad_id, tok.bos_id, tok.eos_id,
+                             len(idx), 0)
+
+    train = enc(order[n_cal + n_val:])
+    return {"train": train, "calib": valid_batches(enc(order[:n_cal]), cal["max_tokens"]),
+            "valid": valid_batches(enc(order[n_cal:n_cal + n_val]), ev["max_tokens"]), "label_smoothing": 0.0,
+            "text": {"path": str(path), "lines": len(lines), "calibration": n_cal, "valid": n_val,
+                     "healing": len(train)}}
+
+
 def _base_report(t, data, ev, device) -> list[dict]:
     """Full-test BLEU, placeholder-free subset and copy baselines of the unpruned model (issue 4's caveat)."""
     from repro.train.bleu import bleu_report, corpus_bleu
@@ -503,7 +560,12 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             loaded[which] = (t, tparams, {})
         t, tparams, datas = loaded[which]
         if "data" not in datas:
-            datas["data"] = _data_for(t, tparams, stack, params)
+            hf = paths[which][0] == "hf"
+            datas["data"] = _text_data(t, params) if hf else _data_for(t, tparams, stack, params)
+            if hf:
+                rows.append(metric(CLAIM, "model_parameters", t.checkpoint["params"], "params", stack=stack,
+                                   hf_model=t.checkpoint["hf_model"], family=t.checkpoint["family"],
+                                   text_lines=datas["data"]["text"]["lines"]))
             if which == "encdec":
                 rows += _base_report(t, datas["data"], params["eval"], device)
         r, e = run_stack(t, stack, params, datas["data"], device, out, datas.setdefault("healed", {}))

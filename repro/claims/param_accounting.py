@@ -3,7 +3,8 @@
 Reproduces Vaswani et al. 2017 (Table 3: base model 65M; one encoder block 3,152,384 with the FFN 66.6%),
 Geva et al. 2021 (FFN = two thirds), Michel et al. 2019 (one head = 6.25% / 8.34% of an attention layer) and the
 Llama-7B (6,738,415,616) and Mixtral 8x7B (46.7B stored, 12.9B active) totals, by counting the suite's own model
-classes built on the meta device. Exact published figures must match exactly; rounded ones within
+classes built on the meta device; an entry with ``hf_folder`` counts a Hugging Face checkpoint's model (built from
+its config.json) beside the checkpoint's own tensor total. Exact published figures must match exactly; rounded ones within
 ``rounded_rel_tolerance``, with the difference reported.
 """
 from __future__ import annotations
@@ -28,14 +29,30 @@ def _unit(name: str) -> str:
     return next((u for k, u in UNITS.items() if name.startswith(k)), "params")
 
 
-def measure(spec: dict, bits: list[int]) -> dict[str, float]:
-    """All quantities of one named configuration (see config/claims/param_accounting.yaml)."""
+def build(spec: dict):
+    """The model of one entry on the meta device, and its count from outside the suite (or None): ``model`` +
+    ``kind`` build the suite's classes; ``hf_folder`` builds the model of a Hugging Face checkpoint folder from its
+    config.json (repro.model.hf_import), whose own total (the elements of the safetensors tensors the model reads,
+    from the file headers) is reported beside the suite's count as ``checkpoint_total``."""
+    if spec.get("hf_folder"):
+        from repro.model.hf_import import count_folder
+
+        c = count_folder(spec["hf_folder"])
+        return c["model"], c["checkpoint_params"]
     cfg = ModelConfig.from_dict(spec["model"])
     with torch.device("meta"):
-        model = KINDS[spec["kind"]](cfg)
+        return KINDS[spec["kind"]](cfg), None
+
+
+def measure(spec: dict, bits: list[int]) -> dict[str, float]:
+    """All quantities of one named configuration (see config/claims/param_accounting.yaml)."""
+    model, checkpoint_total = build(spec)
+    cfg = model.cfg
     slots = count_by_slot(model)
     total = slots["total"]
     q = {k: v for k, v in slots.items() if k != "other"}
+    if checkpoint_total is not None:
+        q["checkpoint_total"] = checkpoint_total
     q["active"] = active_parameters(model)
     for slot in ("attention", "ffn", "norms", "embeddings", "router"):
         q[f"share_{slot}"] = 100.0 * slots[slot] / total

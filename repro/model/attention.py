@@ -8,6 +8,11 @@ Per-head gates multiply each head's output before the output projection (Michel 
 ``head_gate`` is a buffer of ones that ablation code sets, and whose gradient is the head-importance signal
 when it requires grad. ``gate_module`` (e.g. Hard-Concrete gates, Voita et al. 2019) overrides it when set.
 ``prune_heads`` removes heads physically by shrinking the projections.
+
+With ``block.rope`` self-attention rotates q and k by their positions (repro.model.rope) before the attention core,
+so every backend (math, sdpa, the Triton kernel) sees rotated q/k; cached keys are stored rotated, and positions
+come from the caller (the models pass them, from the padding mask and the decoding offset) or else continue from
+the cache length.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import BlockConfig
+from .rope import apply_rope, inv_frequencies, rope_cos_sin
 
 
 def attention_core(q, k, v, *, backend: str, causal: bool = False, key_padding_mask=None,
@@ -75,11 +81,21 @@ class MultiHeadAttention(nn.Module):
         self.gate_module: nn.Module | None = None
         self.backend = cfg.attention
         self.recompute_core = cfg.checkpoint == "selective"
+        self.rope = cfg.rope
+        self._inv_freq: torch.Tensor | None = None  # computed on first use (works for meta-device models)
+
+    def rotate(self, q, k, positions):
+        """q (B, H, T, dh), k (B, Hkv, T, dh) rotated at ``positions`` (T,) or (B, T)."""
+        if self._inv_freq is None or self._inv_freq.device != q.device:
+            self._inv_freq = inv_frequencies(self.cfg.rotary_dim, self.cfg.rope_base, self.cfg.rope_scaling).to(q.device)
+        cos, sin = rope_cos_sin(positions, self._inv_freq, q.dtype)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
     def gates(self) -> torch.Tensor:
         return self.gate_module() if self.gate_module is not None else self.head_gate
 
-    def forward(self, x, kv=None, *, causal: bool = False, key_padding_mask=None, cache: dict | None = None):
+    def forward(self, x, kv=None, *, causal: bool = False, key_padding_mask=None, cache: dict | None = None,
+                positions=None):
         B, T, _ = x.shape
         if self.n_heads == 0:  # every head pruned: only the output bias is left
             out = x.new_zeros(B, T, self.out_proj.out_features)
@@ -92,12 +108,19 @@ class MultiHeadAttention(nn.Module):
             S = src.shape[1]
             k = self.k_proj(src).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, dh)
             v = self.v_proj(src).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+            if self.rope and kv is None:
+                if positions is None:
+                    start = cache["k"].shape[2] if cache is not None and "k" in cache else 0
+                    positions = torch.arange(start, start + T, device=x.device)
+                q, k = self.rotate(q, k, positions)
             if cache is not None:
                 if kv is None and "k" in cache:  # incremental self-attention: append this step
                     k = torch.cat([cache["k"], k], dim=2)
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
-        if cache is not None and kv is None:
+        if cache is not None and kv is None and k.shape[2] != T:
+            if T != 1:
+                raise ValueError("incremental decoding: after the first (prefix) call a cache takes one token per call")
             causal = False  # one new query attends every cached key
         dropout_p = self.cfg.attn_dropout if self.training else 0.0
         core = lambda q_, k_, v_: attention_core(q_, k_, v_, backend=self.backend, causal=causal,

@@ -42,10 +42,10 @@ class Block(nn.Module):
         return norm(skip + s * self.drop(fn(x)))
 
     def forward(self, x, *, causal=False, key_padding_mask=None, memory=None, memory_padding_mask=None,
-                cache: dict | None = None):
+                cache: dict | None = None, positions=None):
         self_cache = None if cache is None else cache.setdefault("self", {})
         x = self._sublayer(x, self.norm_self, lambda h: self.self_attn(
-            h, causal=causal, key_padding_mask=key_padding_mask, cache=self_cache))
+            h, causal=causal, key_padding_mask=key_padding_mask, cache=self_cache, positions=positions))
         if self.cross_attn is not None:
             if memory is None:
                 raise ValueError("a decoder block with cross-attention needs the encoder output (memory)")

@@ -14,7 +14,7 @@ NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "none")
 NORM_POSITIONS = ("pre", "post")
 NORM_IMPLS = ("torch", "manual", "triton")
 ATTENTION_BACKENDS = ("math", "sdpa", "triton")
-FFN_KINDS = ("relu", "gelu", "swiglu", "moe")
+FFN_KINDS = ("relu", "gelu", "gelu_tanh", "swiglu", "moe")
 BLOCK_CHECKPOINT = ("none", "selective")
 STACK_CHECKPOINT = ("none", "full", "every_k", "sqrt", "selective")
 POSITIONAL = ("sinusoidal", "learned", "none")
@@ -75,6 +75,10 @@ class BlockConfig:
     residual: bool = True  # False drops the skip connection: x <- F(x) (block_numerics, rank_collapse)
     residual_scale: float = 1.0  # branch multiplier: x + s * F(x); e.g. 1/sqrt(L) (Noci et al. 2022)
     checkpoint: str = "none"  # "selective": recompute the attention core (Korthikanti et al. 2023)
+    rope: bool = False  # rotary positions on self-attention q/k (repro.model.rope; Llama / GPT-NeoX rotate-half)
+    rope_base: float = 10000.0  # theta base (Llama-2: 10000, Llama-3: 500000)
+    rope_dim: int | None = None  # rotated dims per head (None: the whole head; GPT-NeoX rotary_pct < 1: fewer)
+    rope_scaling: dict | None = None  # {type: linear, factor} or {type: llama3, factor, low_freq_factor, ...}
     _prefix: str = field(default="block.", repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -104,8 +108,46 @@ class BlockConfig:
             raise ConfigError(f"{p}residual_scale: must be > 0, got {self.residual_scale!r}")
         if self.ffn == "moe" and self.moe_top_k > self.n_experts:
             raise ConfigError(f"{p}moe_top_k: {self.moe_top_k} exceeds n_experts={self.n_experts}")
+        self._check_rope(p)
         if self.attention == "triton" and self.attn_dropout > 0:
             raise ConfigError(f"{p}attn_dropout: the triton attention backend has no dropout; set it to 0")
+
+    def _check_rope(self, p: str) -> None:
+        from .rope import ROPE_SCALING_TYPES
+
+        if not isinstance(self.rope, bool):
+            raise ConfigError(f"{p}rope: must be true or false, got {self.rope!r}")
+        if not isinstance(self.rope_base, (int, float)) or isinstance(self.rope_base, bool) or not self.rope_base > 1:
+            raise ConfigError(f"{p}rope_base: must be a number > 1, got {self.rope_base!r}")
+        if self.rope_dim is not None:
+            _check_positive(p, "rope_dim", self.rope_dim)
+            if self.rope_dim % 2 or self.rope_dim > self.dim_head:
+                raise ConfigError(f"{p}rope_dim: {self.rope_dim} must be even and at most the head dim {self.dim_head}")
+        elif self.rope and self.dim_head % 2:
+            raise ConfigError(f"{p}rope: the head dim {self.dim_head} must be even")
+        sc = self.rope_scaling
+        if sc is None:
+            return
+        if not isinstance(sc, Mapping):
+            raise ConfigError(f"{p}rope_scaling: expected a mapping or null, got {type(sc).__name__}")
+        kind = sc.get("type", "none")
+        _check_choice(f"{p}rope_scaling.", "type", kind, ROPE_SCALING_TYPES)
+        need = {"none": (), "linear": ("factor",),
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}[kind]
+        allowed = set(need) | {"type"}
+        for key in sc:
+            if key not in allowed:
+                raise ConfigError(f"{p}rope_scaling.{key}: unknown key for type {kind} (valid: {', '.join(sorted(allowed))})")
+        for key in need:
+            v = sc.get(key)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+                raise ConfigError(f"{p}rope_scaling.{key}: must be a number > 0, got {v!r}")
+        if kind == "llama3" and not sc["high_freq_factor"] > sc["low_freq_factor"]:
+            raise ConfigError(f"{p}rope_scaling.high_freq_factor: must exceed low_freq_factor")
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.rope_dim or self.dim_head
 
     @property
     def kv_heads(self) -> int:
@@ -142,6 +184,8 @@ class ModelConfig:
     share_encoder_decoder_embeddings: bool = True
     final_norm: bool | None = None  # None: on for pre-norm, off for post-norm
     embed_norm: bool = False  # a norm right after the embeddings (BERT)
+    pooler: bool = False  # encoder models: dense + tanh on the first ([CLS]) token (BERT's pooler)
+    n_classes: int = 0  # encoder models: a linear classifier on the pooled output (BERT fine-tuned on a task)
     pad_id: int = 0
     checkpoint: str = "none"  # stack policy: none | full | every_k | sqrt | selective
     checkpoint_every: int = 2  # segment length for every_k
@@ -157,10 +201,12 @@ class ModelConfig:
             raise ConfigError(f"{p}block: expected a BlockConfig or mapping, got {type(block).__name__}")
         for key in ("vocab_size", "max_seq_len", "checkpoint_every"):
             _check_positive(p, key, getattr(self, key))
-        for key in ("n_encoder_layers", "n_decoder_layers", "n_token_types", "pad_id"):
+        for key in ("n_encoder_layers", "n_decoder_layers", "n_token_types", "pad_id", "n_classes"):
             _check_positive(p, key, getattr(self, key), allow_zero=True)
         _check_choice(p, "positional", self.positional, POSITIONAL)
         _check_choice(p, "checkpoint", self.checkpoint, STACK_CHECKPOINT)
+        if self.n_classes and not self.pooler:
+            raise ConfigError(f"{p}n_classes: a classifier reads the pooled output; set pooler: true")
         if self.pad_id >= self.vocab_size:
             raise ConfigError(f"{p}pad_id: {self.pad_id} is outside the vocabulary of size {self.vocab_size}")
 

@@ -1,6 +1,7 @@
 """Position-wise feed-forward networks.
 
-- relu / gelu: W2 act(W1 x + b1) + b2 (Vaswani et al. 2017, eq. 2; GELU as in BERT/GPT-2).
+- relu / gelu / gelu_tanh: W2 act(W1 x + b1) + b2 (Vaswani et al. 2017, eq. 2; exact GELU as in BERT, its tanh
+  approximation as in GPT-2).
 - swiglu: W2 (silu(W1 x) * W3 x) (Shazeer 2020; Llama). Hidden size from config (Llama-7B: 11008 = 2/3 * 4d
   rounded up to a multiple of 256).
 - moe: top-k routed mixture of SwiGLU experts (Mixtral 8x7B: 8 experts, top-2, softmax over the top-k logits).
@@ -13,7 +14,8 @@ from torch import nn
 
 from .config import BlockConfig
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}  # the block's activations (exact erf GELU)
+# the block's activations: "gelu" is the exact erf GELU (BERT), "gelu_tanh" its tanh approximation (GPT-2's gelu_new)
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
 
 
 class DenseFFN(nn.Module):
@@ -74,7 +76,7 @@ class MoE(nn.Module):
 
 
 def make_ffn(cfg: BlockConfig) -> nn.Module:
-    if cfg.ffn in ("relu", "gelu"):
+    if cfg.ffn in ("relu", "gelu", "gelu_tanh"):
         return DenseFFN(cfg.d_model, cfg.d_ff, cfg.ffn, cfg.bias, cfg.act_dropout)
     if cfg.ffn == "swiglu":
         return SwiGLU(cfg.d_model, cfg.d_ff, cfg.bias, cfg.act_dropout)

@@ -25,6 +25,17 @@ def sinusoidal_table(n: int, d: int) -> torch.Tensor:
     return table
 
 
+def positions_from_mask(pad_mask, T: int, offset: int = 0, device=None) -> torch.Tensor:
+    """Position ids: ``offset + arange(T)`` (T,) without a mask; with ``pad_mask`` (B, T) (True = pad) each real
+    token's index among the real tokens of its row (B, T), pads keeping ``offset + t``.  Right-padded rows thus get
+    exactly ``arange``; left-padded rows get fairseq's ``make_positions`` (shifted to start at 0)."""
+    ar = torch.arange(offset, offset + T, device=device)
+    if pad_mask is None or not bool(pad_mask.any()):
+        return ar
+    real = ~pad_mask
+    return torch.where(real, offset + real.long().cumsum(1) - 1, ar[None, :])
+
+
 class TokenEmbedding(nn.Embedding):
     slot = "embeddings"
 
@@ -49,15 +60,17 @@ class Embeddings(nn.Module):
         self.drop = nn.Dropout(cfg.block.dropout)
         self.max_seq_len = cfg.max_seq_len
 
-    def forward(self, tokens: torch.Tensor, offset: int = 0, token_types=None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, offset: int = 0, token_types=None, positions=None) -> torch.Tensor:
+        """``positions``: ids (T,) or (B, T) from :func:`positions_from_mask`; default ``offset + arange(T)``."""
         T = tokens.shape[1]
         if offset + T > self.max_seq_len:
             raise ValueError(f"model.max_seq_len: sequence of {offset + T} tokens exceeds {self.max_seq_len}")
         x = self.token(tokens) * self.scale
+        pos = positions_from_mask(None, T, offset, tokens.device) if positions is None else positions
         if self.position is not None:
-            x = x + self.position(torch.arange(offset, offset + T, device=tokens.device))
+            x = x + self.position(pos)
         if self.sinusoid is not None:
-            x = x + self.sinusoid[offset:offset + T].to(x.dtype)
+            x = x + self.sinusoid[pos].to(x.dtype)
         if self.token_type is not None:
             x = x + self.token_type(torch.zeros_like(tokens) if token_types is None else token_types)
         if self.norm is not None:
@@ -76,9 +89,11 @@ class Encoder(nn.Module):
         b = cfg.block
         self.final_norm = make_norm(b.norm, b.d_model, b.norm_eps, b.norm_bias, b.norm_impl) if cfg.use_final_norm else None
 
-    def forward(self, tokens, key_padding_mask=None, return_hidden=False):
-        x = self.embed(tokens)
-        out = self.layers(x, key_padding_mask=key_padding_mask, return_hidden=return_hidden)
+    def forward(self, tokens, key_padding_mask=None, return_hidden=False, token_types=None):
+        """Positions count real tokens (left- or right-padded rows alike); see :func:`positions_from_mask`."""
+        pos = positions_from_mask(key_padding_mask, tokens.shape[1], 0, tokens.device)
+        x = self.embed(tokens, token_types=token_types, positions=pos)
+        out = self.layers(x, key_padding_mask=key_padding_mask, return_hidden=return_hidden, positions=pos)
         x, hidden = out if return_hidden else (out, None)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -106,9 +121,11 @@ class Decoder(nn.Module):
 
     def forward(self, tokens, *, key_padding_mask=None, memory=None, memory_padding_mask=None,
                 cache: list | None = None, offset: int = 0, return_hidden=False):
-        x = self.embed(tokens, offset=offset)
+        pos = positions_from_mask(key_padding_mask, tokens.shape[1], offset, tokens.device)
+        x = self.embed(tokens, offset=offset, positions=pos)
         out = self.layers(x, causal=True, key_padding_mask=key_padding_mask, memory=memory,
-                          memory_padding_mask=memory_padding_mask, cache=cache, return_hidden=return_hidden)
+                          memory_padding_mask=memory_padding_mask, cache=cache, return_hidden=return_hidden,
+                          positions=pos)
         x, hidden = out if return_hidden else (out, None)
         return (self.logits(x), hidden) if return_hidden else self.logits(x)
 
@@ -165,13 +182,46 @@ class DecoderLM(nn.Module):
         return {"decoder_self": [b.self_attn for b in self.decoder.layers.layers]}
 
 
+class Pooler(nn.Module):
+    """BERT's pooler (Devlin et al. 2019, Sec. 3): tanh(W h_[CLS] + b) on the first token."""
+
+    slot = "other"
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.dense = nn.Linear(d, d)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class Classifier(nn.Linear):
+    slot = "other"
+
+
 class EncoderModel(nn.Module):
-    """Encoder-only model (BERT shape) with an untied LM head left out: counts the backbone."""
+    """Encoder-only model (BERT shape) without the MLM head: the backbone, and with ``model.pooler`` BERT's pooler
+    (BERT-base then counts 109,482,240 parameters, Devlin et al.'s 110M); with ``model.n_classes`` a linear
+    classifier on the pooled output (BERT fine-tuned on a classification task, e.g. MNLI in Michel et al. 2019)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.encoder = Encoder(cfg)
+        self.pooler = Pooler(cfg.block.d_model) if cfg.pooler else None
+        self.classifier = Classifier(cfg.block.d_model, cfg.n_classes) if cfg.n_classes else None
+        self.drop = nn.Dropout(cfg.block.dropout)
 
-    def forward(self, tokens, pad_mask=None, return_hidden=False):
-        return self.encoder(tokens, key_padding_mask=pad_mask, return_hidden=return_hidden)
+    def classify(self, tokens, pad_mask=None, token_types=None) -> torch.Tensor:
+        """Class logits (B, n_classes): classifier(dropout(pooler(encoder(tokens))))."""
+        if self.classifier is None:
+            raise ValueError("model.n_classes: this encoder model has no classifier")
+        return self.classifier(self.drop(self.pool(self(tokens, pad_mask, token_types=token_types))))
+
+    def forward(self, tokens, pad_mask=None, return_hidden=False, token_types=None):
+        return self.encoder(tokens, key_padding_mask=pad_mask, return_hidden=return_hidden, token_types=token_types)
+
+    def pool(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.pooler is None:
+            raise ValueError("model.pooler: this encoder model has no pooler (set model.pooler: true)")
+        return self.pooler(hidden)

@@ -10,7 +10,7 @@ from importlib import import_module
 _EXPORTS = {
     "loop": ["OptimConfig", "RunConfig", "ScheduleConfig", "TrainResult", "configs_from_params", "evaluate_loss",
              "load_checkpoint", "lr_at", "model_loss", "save_checkpoint", "train", "write_curve_csv"],
-    "decode": ["DecodeConfig", "beam_decode", "decode_ids", "greedy_decode", "translate"],
+    "decode": ["DecodeConfig", "beam_decode", "beam_search", "decode_ids", "greedy_decode", "translate"],
     "bleu": ["BleuScore", "bleu_report", "corpus_bleu", "paired_bootstrap", "sentence_stats", "subset_bleu"],
     "pipeline": ["Trained", "batches_fn", "build_model", "encode_splits", "load_data", "load_tokenizer",
                  "load_trained", "train_from_params", "valid_batches"],

@@ -5,7 +5,19 @@ with ``offset=t``), so a step costs one token per sentence; head pruning (Michel
 the test set once per ablated head, so this path is kept lean.  Beam search follows fairseq's ``SequenceGenerator``
 (Ott et al. 2019): 2k candidates per step, eos candidates among the top k are finalised with score
 ``sum log p / length ** len_penalty``, the k best non-eos candidates continue; a sentence stops when k hypotheses
-are finalised or at its length cap ``max_len_a * src_len + max_len_b`` (source length without eos).
+are finalised or at its length cap.
+
+Token rules are fairseq's (``SequenceGenerator._generate``) for both start-token conventions: the suite's own
+models start decoding with ``<s>`` (bos), fairseq-trained ones with eos (``bos_id == eos_id``).  At every step pad
+is banned; the start token is banned only when it is not eos (the suite's ``<s>`` is never a target; fairseq bans
+nothing else, so an imported model may emit ``<s>`` like fairseq does); eos is banned at step 0 (fairseq's
+``min_len=1``); at step ``max_len`` only eos is allowed, so a hypothesis has at most ``max_len`` tokens before eos,
+with ``max_len = min(int(max_len_a * src_len + max_len_b), max_seq_len - 1)`` and ``src_len`` the source length
+with its eos.  fairseq takes ``src_len`` as the padded width of the whole batch; here it is each sentence's own
+length, which is the same for a one-sentence batch or ``max_len_a = 0``.
+
+Sources may be right-padded (the suite's batches) or left-padded (fairseq's batches): the model derives positions
+from the padding mask (fairseq's ``make_positions``), so both give the same result per sentence.
 
 ``translate(model, tokenizer, sources, ...)`` encodes text, sorts by length into batches of ``max_tokens`` source
 tokens, decodes and returns hypotheses in input order.
@@ -34,8 +46,14 @@ class DecodeConfig:
 
 
 def _length_caps(src_pad_mask, a, b, model_max):
-    src_len = (~src_pad_mask).sum(1) - 1  # without eos
-    return torch.clamp((a * src_len.float()).floor().long() + b, min=1, max=model_max - 1)
+    """fairseq's max_len per sentence: tokens allowed before the forced eos (src_len counts the source's eos)."""
+    src_len = (~src_pad_mask).sum(1)
+    return torch.clamp((a * src_len.double()).floor().long() + b, min=1, max=model_max - 1)
+
+
+def _banned(bos_id: int, pad_id: int, eos_id: int) -> list[int]:
+    """Ids never generated: pad, and the start token unless it is eos (fairseq's convention)."""
+    return [pad_id] if bos_id == eos_id else [pad_id, bos_id]
 
 
 @torch.inference_mode()
@@ -49,7 +67,8 @@ def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: in
     B = src.shape[0]
     dev = src.device
     caps = _length_caps(src_pad_mask, max_len_a, max_len_b, model.cfg.max_seq_len)
-    T = int(caps.max())
+    T = int(caps.max()) + 1  # steps 0..max_len, the last one eos
+    banned = _banned(bos_id, pad_id, eos_id)
     memory = model.encode(src, src_pad_mask)
     mask = src_pad_mask
     cache = model.decoder.new_cache()
@@ -63,10 +82,11 @@ def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: in
         logits = model.decode(tok, memory, mask, cache=cache, offset=t)[:, -1]
         if vocab_limit is not None:
             logits[:, vocab_limit:] = float("-inf")
-        logits[:, bos_id] = float("-inf")
-        logits[:, pad_id] = float("-inf")
+        logits[:, banned] = float("-inf")
+        if t == 0:
+            logits[:, eos_id] = float("-inf")  # fairseq's min_len = 1
         nxt = logits.argmax(-1)
-        nxt = torch.where(t + 1 >= row_caps, torch.full_like(nxt, eos_id), nxt)  # cap reached: end here
+        nxt = torch.where(t >= row_caps, torch.full_like(nxt, eos_id), nxt)  # cap reached: end here
         nxt = torch.where(active, nxt, torch.full_like(nxt, pad_id))
         out[rows, t] = nxt
         newly = active & (nxt == eos_id)
@@ -97,22 +117,26 @@ def _reorder_cache(cache: list, order: torch.Tensor) -> None:
 
 
 @torch.inference_mode()
-def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
+def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
                 len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
-                vocab_limit: int | None = None) -> list[list[int]]:
-    """Token ids of the best beam hypothesis per row (score = sum log p / len ** len_penalty, len incl. eos)."""
+                vocab_limit: int | None = None) -> list[list[tuple[float, list[int], list[float]]]]:
+    """fairseq's beam search: per row of ``src``, the finalised hypotheses best first, each
+    ``(score, tokens, positional_scores)`` with ``score = sum log p / len ** len_penalty`` (len counts the eos),
+    ``tokens`` without the start token but with the final eos, and the per-token log-probabilities."""
     B, K = src.shape[0], beam
     dev = src.device
     caps = _length_caps(src_pad_mask, max_len_a, max_len_b, model.cfg.max_seq_len)  # (B,)
-    T = int(caps.max())
+    T = int(caps.max()) + 1  # steps 0..max_len, the last one eos
+    banned = _banned(bos_id, pad_id, eos_id)
     memory = model.encode(src, src_pad_mask)
     memory = memory.repeat_interleave(K, 0)
     mask = src_pad_mask.repeat_interleave(K, 0)
     cache = model.decoder.new_cache()
     tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=dev)
+    steps = torch.zeros((B * K, 0), device=dev)  # per-token log-probabilities of each live beam
     scores = torch.full((B, K), float("-inf"), device=dev)
-    scores[:, 0] = 0.0  # all beams start identical: keep one
-    finalized: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    scores[:, 0] = 0.0  # all beams start identical: keep one (fairseq: lprobs[:, ::beam_size] at step 0)
+    finalized: list[list[tuple[float, list[int], list[float]]]] = [[] for _ in range(B)]
     done = [False] * B
     caps_l = caps.tolist()
     for t in range(T):
@@ -121,9 +145,11 @@ def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
             logits[:, vocab_limit:] = float("-inf")
         lp = torch.log_softmax(logits, -1)
         V = lp.shape[-1]
-        lp[:, bos_id] = float("-inf")
-        lp[:, pad_id] = float("-inf")
-        at_cap = (t + 1 >= caps).repeat_interleave(K)  # must end now
+        lp[lp != lp] = float("-inf")
+        lp[:, banned] = float("-inf")
+        if t == 0:
+            lp[:, eos_id] = float("-inf")  # fairseq's min_len = 1
+        at_cap = (t >= caps).repeat_interleave(K)  # must end now
         if bool(at_cap.any()):
             forced = torch.full_like(lp[at_cap], float("-inf"))
             forced[:, eos_id] = lp[at_cap][:, eos_id]
@@ -135,16 +161,17 @@ def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
         # finalise eos candidates ranked among the top K
         eos_pos = (is_eos[:, :K]).nonzero().tolist()
         if eos_pos:
-            prev = tokens[:, 1:].tolist()
+            prev, prev_lp = tokens[:, 1:].tolist(), steps.tolist()
             tv, bi = top_v.tolist(), beam_idx.tolist()
+            eos_lp = lp[:, eos_id].tolist()
             for b, j in eos_pos:
                 if done[b] or len(finalized[b]) >= K:
                     continue
-                hyp = prev[b * K + bi[b][j]]
-                L = len(hyp) + 1
-                finalized[b].append((tv[b][j] / (L ** len_penalty), hyp))
+                row = b * K + bi[b][j]
+                hyp = prev[row] + [eos_id]
+                finalized[b].append((tv[b][j] / (len(hyp) ** len_penalty), hyp, prev_lp[row] + [eos_lp[row]]))
         for b in range(B):
-            if not done[b] and (len(finalized[b]) >= K or t + 1 >= caps_l[b]):
+            if not done[b] and (len(finalized[b]) >= K or t >= caps_l[b]):
                 done[b] = True
         if all(done):
             break
@@ -156,19 +183,25 @@ def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
         new_tok = tok_idx.gather(1, sel)
         origin = (torch.arange(B, device=dev)[:, None] * K + new_beam).view(-1)
         finished_rows = torch.tensor(done, device=dev).repeat_interleave(K)
+        step_lp = lp.view(B, K, V)[torch.arange(B, device=dev)[:, None], new_beam, new_tok].view(-1, 1)
         new_scores = new_scores.masked_fill(torch.tensor(done, device=dev)[:, None], float("-inf"))
         new_scores = new_scores.masked_fill(new_tok == eos_id, float("-inf"))
         tokens = torch.cat([tokens.index_select(0, origin), new_tok.view(-1, 1)], 1)
+        steps = torch.cat([steps.index_select(0, origin), step_lp], 1)
         tokens[finished_rows, -1] = pad_id
         _reorder_cache(cache, origin)
         scores = new_scores
-    out = []
-    for b in range(B):
-        if finalized[b]:
-            out.append(max(finalized[b], key=lambda x: x[0])[1])
-        else:  # no eos reached (cannot happen with the cap, kept for safety): best live beam
-            out.append(tokens[b * K + int(scores[b].argmax()), 1:].tolist())
-    return [[i for i in h if i not in (pad_id, eos_id)] for h in out]
+    # best first; Python's sort is stable, so equal scores keep the order in which they were finalised
+    return [sorted(f, key=lambda x: -x[0]) for f in finalized]
+
+
+def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
+                len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
+                vocab_limit: int | None = None) -> list[list[int]]:
+    """Token ids (without bos/eos) of the best beam hypothesis per row (see :func:`beam_search`)."""
+    nbest = beam_search(model, src, src_pad_mask, bos_id, eos_id, pad_id, beam, len_penalty, max_len_a, max_len_b,
+                        vocab_limit)
+    return [f[0][1][:-1] for f in nbest]  # every sentence finalises at least one hypothesis by its cap
 
 
 def _src_tensor(ids_list, pad_id, device):

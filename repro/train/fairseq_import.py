@@ -20,9 +20,13 @@ module reads the file format directly:
 * Positions: fairseq's sinusoidal table is ``[sin | cos]`` halves with frequencies ``10000^(-i/(half-1))`` and
   position ids starting at ``padding_idx + 1``; it is not the shared model's interleaved Vaswani table, so the
   import uses ``positional="learned"`` and copies fairseq's table (rows from ``padding_idx + 1``) into it.
-  This equals fairseq for right-padded input (the suite's batches); fairseq left-pads sources, which gives the
-  same positions per token.
-* The decoder starts with eos (fairseq's ``prev_output_tokens``), so decode with ``bos_id = eos``.
+  fairseq numbers positions with ``make_positions``: ``padding_idx + 1, padding_idx + 2, ...`` over the non-pad
+  tokens of a row, pads getting ``padding_idx``.  fairseq batches left-pad the source, so there a row's first real
+  token is not at index 0; the shared model's embeddings count positions over non-pad tokens from the padding mask
+  (``repro.model.models.positions_from_mask``), so left-padded (fairseq) and right-padded (the suite's) batches
+  both give every real token fairseq's position.
+* The decoder starts with eos (fairseq's ``prev_output_tokens``), so decode with ``bos_id = eos``;
+  ``repro.train.decode`` then bans only pad (and eos at the first step), as fairseq's ``SequenceGenerator`` does.
   With separate source/target dictionaries the model's vocabulary is the larger of the two and
   ``FairseqImport.tgt_vocab`` bounds the target ids (decoding must ban ids above it).
 """
