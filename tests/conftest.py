@@ -6,6 +6,10 @@ Select them on a GPU node with ``pytest -m cuda``.
 import pytest
 import torch
 
+# Select Triton's CPU interpreter before anything else imports triton (transformers and torch.utils.checkpoint
+# do): the flag is read when @triton.jit runs, so the kernel tests must not depend on the order tests run in.
+import repro.kernels  # noqa: E402,F401
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA device (skipped on CPU-only machines)")
