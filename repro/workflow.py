@@ -12,7 +12,7 @@ from repro.bench.fingerprint import hardware_id
 from repro.config import ConfigError, load_run_config, section
 
 # claims that train on, prune or tokenize with the shared translation artefact (workflows/translation.smk)
-TRANSLATION_CLAIMS = {"head_pruning", "layer_pruning", "warmup_stability"}
+TRANSLATION_CLAIMS = {"head_pruning", "layer_pruning", "quantization", "warmup_stability"}
 
 
 class Run:
