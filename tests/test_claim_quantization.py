@@ -17,31 +17,13 @@ C = qz.CLAIM
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    """A 2+1-layer translation model and a 2-layer LM, trained for a few steps (tiny translation config)."""
-    from repro.config import deep_merge
-    from repro.data import load_corpus
-    from repro.data.tokenizer import train_sentencepiece
-    from repro.train.pipeline import train_from_params
-
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("quant")
-    models = root / "_models"
-    p = deep_merge(config.section("translation", "tiny"),
-                   {"threads": 1, "model": {"n_encoder_layers": 2, "n_decoder_layers": 1},
-                    "lm": {"model": {"n_decoder_layers": 2}}, "training": {"max_steps": 8}})
-    c = load_corpus(p["corpus"]["path"], p["corpus"]["direction"])
-    texts = [s for pair in c.train[: p["corpus"]["max_train_pairs"]] for s in pair]
-    tok = train_sentencepiece(texts, models / "spm", p["tokenizer"]["vocab_size"])
-    train_from_params(p, tok.path, models / "translation")
-    train_from_params(p, tok.path, models / "lm", kind="lm")
-    return root
+# the 3+2-layer translation model and 3-layer LM of the layer_pruning tests (tests/ is on sys.path under pytest)
+from test_claim_layer_pruning import tiny_models  # noqa: E402,F401
 
 
 def test_tiny_run(tiny_models):
     out = tiny_models / "quantization"
-    out.mkdir()
+    out.mkdir(exist_ok=True)
     params = config.section(C, "tiny")
     rows, verdict = qz.run(params, "tiny", out)
     assert verdict["verdict"] == "not_applicable"
@@ -57,9 +39,9 @@ def test_tiny_run(tiny_models):
         v8 = qz._sel(rows, "values_8bit_pct", model=m, method="llm_int8")
         assert len(v8) == 1 and 0 <= v8[0]["value"] <= 100
         errs = qz._sel(rows, "layer_rel_error", model=m, method="gptq_w3", quantizer="gptq")
-        n_lin = 6 * 2 if m == "lm" else 6 * 2 + 10  # encoder 2 blocks x 6, decoder 1 block x 10 (cross-attention)
+        n_lin = 6 * 3 if m == "lm" else 6 * 3 + 10 * 2  # encoder 3 blocks x 6, decoder 2 blocks x 10 (cross-attention)
         assert len(errs) == n_lin * len(params["calibration"]["seeds"])
-        assert len(qz._sel(rows, "outlier_max_abs", model=m)) == (2 if m == "lm" else 3)
+        assert len(qz._sel(rows, "outlier_max_abs", model=m)) == (3 if m == "lm" else 5)
     assert json.loads((out / "outliers.json").read_text()).keys() == {"lm", "translation"}
     heads = [c for c in verdict["checks"] if c["headline"]]
     assert {c["name"].split(":")[1].strip()[:8] for c in heads} == {"LLM.int8", "GPTQ's p"}
@@ -180,7 +162,7 @@ def test_snakemake_claim_quantization_tiny(tiny_models, tmp_path):
     models = tiny_models / "_models"
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "claim_quantization", "--cores", "2",
            "--directory", str(tmp_path), "--config", "scale=tiny", "hardware=test-hw",
-           f"overrides={{quantization: {{lm_model: {models / 'lm'}, translation_model: {models / 'translation'}}}}}"]
+           f"overrides={{quantization: {{models: [lm], lm_model: {models / 'lm'}}}}}"]  # the LM only: fast
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "lm_train" not in r.stderr and "translation_train" not in r.stderr

@@ -29,7 +29,7 @@ rule quantization:
         f"{W.logs}/quantization.log",
     conda:
         "../environment.yml"
-    threads: 2
+    threads: 1  # small matrices and per-column GPTQ updates: one thread is fastest on a shared CPU
     resources:
         runtime=240 if W.scale == "paper" else 30,
         mem_mb=64000 if W.scale == "paper" else 6000,

@@ -358,8 +358,11 @@ def run_model(t, name: str, params: dict, device) -> tuple[list[dict], dict]:
         b = Q.stored_weight_bytes(model)
         rows.append(metric(CLAIM, "weight_bytes", b["bytes"], "bytes", **sw, fp16_bytes=b["fp16_bytes"],
                            params=b["params"]))
-        rows.append(metric(CLAIM, "weight_bytes_vs_fp16", b["bytes"] / b["fp16_bytes"], "ratio",
-                           published_key="int8_memory_reduction" if m["method"] == "llm_int8" else None, **sw))
+        rows.append(metric(CLAIM, "weight_bytes_vs_fp16", b["bytes"] / b["fp16_bytes"], "ratio", **sw))
+        if m["family"] != "fp32":
+            rows.append(metric(CLAIM, "weight_memory_reduction", 100 * (1 - b["bytes"] / b["fp16_bytes"]),
+                               "percent vs 16-bit",
+                               published_key="int8_memory_reduction" if m["method"] == "llm_int8" else None, **sw))
         if m["family"] == "int8":
             mods = [x for x in Q.block_linears(model).values() if isinstance(x, Q.Int8Linear)]
             xv = sum(x.stats["x_values"] for x in mods)
