@@ -171,3 +171,13 @@ def test_snakemake_claim_quantization_tiny(tiny_models, tmp_path):
     page = (tmp_path / "reports/test-hw/tiny/quantization.md").read_text()
     assert "LLM.int8()" in page
     assert list((tmp_path / "reports/test-hw/tiny/quantization").glob("*.png"))
+
+
+def test_judge_on_null_data():
+    """Every method scoring like fp32 (nothing quantized, or quantization without effect) cannot show GPTQ beating
+    RTN; a model that learned nothing leaves the headlines undecided."""
+    same = _rows(llm=40.0, absmax=40.0, vw=40.0, rtn4=40.0, rtn3=40.0, gptq4=(40.0,) * 3, gptq3=(40.0,) * 3,
+                 layer_gptq=0.02)
+    assert _status(same)["verdict"] == "not_reproduced"
+    noise = _rows(unigram=41.0, llm=39.0, rtn4=38.0, gptq4=(43.0, 37.0, 40.0))
+    assert _status(noise)["verdict"] == "inconclusive"
