@@ -397,9 +397,11 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
         raise QuantizationError("quantization.device: cuda requested but no GPU is available")
     paths = resolve_models(params, out)
     if "hf" in paths:
-        raise QuantizationError("quantization.hf_model: scoring an imported Hugging Face model on text_path is not "
-                                "implemented in this tree yet (it needs repro.model.hf_import and a text-file "
-                                "tokenization path)")
+        raise QuantizationError("quantization.hf_model: not wired yet - the importer repro.model.hf_import."
+                                "load_pretrained is here, but this claim's paper path (tokenize text_path with the "
+                                "folder's tokenizer, calibration sentences and perplexity windows on it, as "
+                                "layer_pruning's paper section does) is still missing; paper scale runs only on the "
+                                "shared paper-scale LM (models: [lm], hf_model: null) for now")
     rows, extra = [], {}
     for name in paths:
         t = _load(paths, name, device)
