@@ -56,9 +56,10 @@ def test_tiny_plots(tiny_run, tmp_path):
 def test_plan_dedupes_depth_runs():
     p = copy.deepcopy(config.section("warmup_stability", "default"))
     plan = ws.plan_runs(p)
-    keys = [(r["norm"], r["position"], r["fixnorm"], r["layers"], r["lr"], r["warmup"]) for r in plan]
-    assert len(keys) == len(set(keys))
-    extra = len(p["depth"]["layers"]) * len(p["positions"])
+    keys = [(r["norm"], r["position"], r["fixnorm"], r["layers"], r["lr"], r["warmup"], r["seed"]) for r in plan]
+    assert len(keys) == len(set(keys)) == len({r["name"] for r in plan})
+    assert {r["seed"] for r in plan} == set(p["seeds"]) and len(p["seeds"]) >= 3
+    extra = len(p["depth"]["layers"]) * len(p["positions"]) * len(p["seeds"])
     p["depth"]["layers"] = [p["model"]["n_encoder_layers"]]  # the main depth: reused from the grid, not retrained
     assert len(ws.plan_runs(p)) == len(plan) - extra
 
@@ -83,16 +84,27 @@ def test_fixnorm_fixes_embedding_length():
 
 
 # ---------------------------------------------------------------------------------------------- judge on constructed rows
-P = {"model": {"n_encoder_layers": 6}, "lrs": [0.0005, 0.001], "warmup_steps": 100,
+H = 6.5  # unigram entropy of the constructed data set
+SEEDS = [1, 2, 3]
+P = {"model": {"n_encoder_layers": 6, "block": {"d_model": 64, "d_ff": 256, "n_heads": 4}}, "seeds": SEEDS,
+     "lrs": [0.0005, 0.001], "warmup_steps": 100, "training": {"max_len": 48, "max_tokens": 1024, "max_steps": 400,
+                                                               "betas": [0.9, 0.98]},
+     "scalenorm_fixnorm": {"enabled": True, "lrs": [0.0005, 0.001]}, "eval": {"test_sentences": 100},
      "depth": {"layers": [2, 4], "lr": 0.001},
-     "verdict": {"pre_tolerance_nats": 0.25, "post_gap_nats": 0.5, "fail_margin_nats": 1.0}}
+     "verdict": {"pre_tolerance_nats": 0.25, "post_gap_nats": 0.5, "fail_margin_nats": 1.0, "gate_nats": 1.0,
+                 "gate_bleu": 0.0}}
+COPY_BLEU = 9.0
 
 
-def _rows(nll: dict, diverged=()) -> list[dict]:
+def _rows(nll: dict, diverged=(), noise=0.02, seed=0, bleu=None) -> list[dict]:
+    """Metrics rows of every configuration in ``nll`` (value: the seeds' mean NLL) for each of SEEDS, with a small
+    per-seed jitter; ``diverged``: run names (without seed) that diverged; ``bleu``: NLL -> BLEU map."""
+    bleu = bleu or (lambda v: max(0.0, 60 - 8 * v))
+    gen = torch.Generator().manual_seed(seed)
     rows = []
     for (norm, pos, layers, lr, warmup), v in nll.items():
         fix = norm == "scalenorm"
-        name = f"{pos}_{norm}_L{layers}_{lr}_{warmup}"
+        base = f"{pos}_{norm}_L{layers}_{lr}_{warmup}"
         groups = []
         if layers == 6 and not fix:
             groups.append("xiong")
@@ -100,12 +112,18 @@ def _rows(nll: dict, diverged=()) -> list[dict]:
             groups.append("nguyen")
         if warmup == 0 and lr == 0.001 and not fix:
             groups.append("depth")
-        sw = dict(run=name, group="+".join(groups), norm=norm, position=pos, fixnorm=fix, layers=layers, lr=lr,
-                  warmup=warmup)
-        d = name in diverged
-        rows += [metric("warmup_stability", "final_valid_nll", math.nan if d else v, "", **sw),
-                 metric("warmup_stability", "diverged", float(d), "", **sw),
-                 metric("warmup_stability", "bleu", 0.0 if d else 30 - 5 * v, "", **sw)]
+        for s in SEEDS:
+            sw = dict(run=f"{base}_s{s}", group="+".join(groups), norm=norm, position=pos, fixnorm=fix,
+                      layers=layers, lr=lr, warmup=warmup, seed=s)
+            d = base in diverged
+            x = v + noise * float(torch.randn((), generator=gen))
+            rows += [metric("warmup_stability", "final_valid_nll", math.nan if d else x, "", **sw),
+                     metric("warmup_stability", "diverged", float(d), "", **sw),
+                     metric("warmup_stability", "bleu", 0.0 if d else bleu(x), "", **sw),
+                     metric("warmup_stability", "bleu_copy_baseline", COPY_BLEU, "", **sw)]
+    rows += [metric("warmup_stability", "unigram_entropy", H, "", run="data"),
+             metric("warmup_stability", "train_pairs", 1000, "", run="data"),
+             metric("warmup_stability", "vocab_size", 500, "", run="data")]
     return rows
 
 
@@ -120,48 +138,138 @@ def _paper_like():
             ("layernorm", "post", 4, 0.001, 0): 4.0, ("layernorm", "pre", 4, 0.001, 0): 3.1}
 
 
+def _by_name(v) -> dict:
+    return {c["name"]: c for c in v["checks"]}
+
+
 def test_judge_reproduced_on_paper_like_numbers():
     v = ws.judge(_rows(_paper_like()), P, "default")
     assert v["verdict"] == "reproduced", v["reason"]
-    assert len(v["checks"]) == 5
+    heads = [c["name"] for c in v["checks"] if c["headline"]]
+    assert heads == ["Post-LN needs warm-up at lr 0.001", "Pre-LN trains without warm-up at lr 0.001"]
+    assert len(v["checks"]) == 7  # 2 headline + Pre-LN at 5e-4, Pre beats Post, 2 ScaleNorm, depth trend
+    assert all(c["passed"] for c in v["checks"]) and all(c["interval"] for c in v["checks"])
+    assert [g["passed"] for g in v["gates"]] == [True, True]
+    assert "unigram entropy of the training targets 6.500" in v["gates"][0]["measured"]
+    aspects = {r["aspect"]: r for r in v["setup"]}
+    assert {"model", "data", "steps", "seeds", "warm-up", "learning rates", "precision", "hardware"} <= set(aspects)
+    assert "3 per configuration" in aspects["seeds"]["this_run"]
+    assert aspects["model"]["paper"] != "not stated"  # the registry's paper_setup
 
 
 def test_judge_diverged_post_ln_counts_as_failure():
-    nll = _paper_like()
-    rows = _rows(nll, diverged={"post_layernorm_L6_0.001_0"})
+    rows = _rows(_paper_like(), diverged={"post_layernorm_L6_0.001_0"})
     v = ws.judge(rows, P, "default")
     assert v["verdict"] == "reproduced", v["reason"]
+    assert "3/3 diverged" in _by_name(v)["Post-LN needs warm-up at lr 0.001"]["measured"]
 
 
-def test_judge_flips_when_post_ln_trains_fine_without_warmup():
+def test_judge_fails_when_post_ln_trains_fine_without_warmup():
     nll = _paper_like()
     for k in list(nll):  # Post-LN as good as Pre-LN everywhere: no instability at this scale
         if k[1] == "post":
-            nll[k] = nll[("layernorm", "pre", k[2], k[3], k[4])] if ("layernorm", "pre", k[2], k[3], k[4]) in nll else 3.0
+            nll[k] = nll.get(("layernorm", "pre", k[2], k[3], k[4]), 3.0)
     v = ws.judge(_rows(nll), P, "default")
-    assert v["verdict"] != "reproduced"
-    failed = {c["name"] for c in v["checks"] if not c["passed"]}
-    assert any("Post-LN without warm-up" in n for n in failed)
-    assert any("deepest" in n for n in failed)
+    assert v["verdict"] == "not_reproduced", v["reason"]
+    c = _by_name(v)
+    assert c["Post-LN needs warm-up at lr 0.001"]["passed"] is False
+    assert c["no warm-up: Post-LN fails at 6+6 layers where Pre-LN trains, more than at 2+2"]["passed"] is False
 
 
-def test_judge_flips_when_pre_ln_needs_warmup():
+def test_judge_fails_when_pre_ln_needs_warmup():
     nll = _paper_like()
     nll[("layernorm", "pre", 6, 0.001, 0)] = 4.0
     v = ws.judge(_rows(nll), P, "default")
-    failed = {c["name"] for c in v["checks"] if not c["passed"]}
-    assert "Pre-LN trains without warm-up" in failed
-    assert v["verdict"] == "partially"
+    assert _by_name(v)["Pre-LN trains without warm-up at lr 0.001"]["passed"] is False
+    assert v["verdict"] == "not_reproduced"  # a half of the headline contrast
 
 
-def test_judge_flips_when_scalenorm_diverges():
+def test_judge_partially_when_a_secondary_fails():
     v = ws.judge(_rows(_paper_like(), diverged={"pre_scalenorm_L6_0.001_0"}), P, "default")
-    failed = {c["name"] for c in v["checks"] if not c["passed"]}
-    assert "PreNorm + ScaleNorm + FixNorm trains without warm-up" in failed
+    assert _by_name(v)["PreNorm + ScaleNorm + FixNorm trains without warm-up at lr 0.001"]["passed"] is False
+    assert v["verdict"] == "partially", v["reason"]
+
+
+def test_judge_undecided_when_seeds_disagree():
+    """The same means with a seed spread far wider than the effect: no check may be decided by the mean alone."""
+    nll = _paper_like()
+    nll[("layernorm", "post", 6, 0.001, 0)] = 3.8  # gap 0.7 > 0.5 nats, but the seeds scatter by ~1 nat
+    v = ws.judge(_rows(nll, noise=1.0, seed=3), P, "default")
+    c = _by_name(v)["Post-LN needs warm-up at lr 0.001"]
+    assert c["passed"] is None and "straddles" in c["undecided_because"], c
+    assert v["verdict"] in ("inconclusive", "not_reproduced")
+
+
+def test_judge_one_seed_decides_nothing():
+    p = {**P, "seeds": [1]}
+    rows = [r for r in _rows(_paper_like()) if r["sweep"].get("seed") in (None, 1)]
+    v = ws.judge(rows, p, "default")
+    assert v["verdict"] == "inconclusive", v["reason"]
+    assert all(c["passed"] is None for c in v["checks"])
+
+
+# null data: never reproduced / partially
+def test_null_nothing_trained():
+    """Every validation NLL equal to the unigram entropy (and BLEU 0): the controls did not learn."""
+    nll = {k: H for k in _paper_like()}
+    v = ws.judge(_rows(nll, noise=0.0, bleu=lambda v: 0.0), P, "default")
+    assert v["verdict"] == "inconclusive", v["reason"]
+    assert [g["passed"] for g in v["gates"]] == [False, False]
+    assert all(c["passed"] is None and "gate" in c["undecided_because"] for c in v["checks"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_null_pure_noise(seed):
+    """NLL scattered around the unigram entropy with no structure: nothing learned, nothing to decide."""
+    nll = {k: H for k in _paper_like()}
+    v = ws.judge(_rows(nll, noise=0.7, seed=seed), P, "default")
+    assert v["verdict"] in ("inconclusive", "not_reproduced"), v["reason"]
+
+
+def test_null_identical_variants():
+    """Every variant learned equally well (warm-up and layout make no difference): the headline must fail."""
+    nll = {k: 3.0 for k in _paper_like()}
+    v = ws.judge(_rows(nll, noise=0.03), P, "default")
+    assert v["gates"][0]["passed"]
+    assert v["verdict"] in ("inconclusive", "not_reproduced"), v["reason"]
+    assert _by_name(v)["Post-LN needs warm-up at lr 0.001"]["passed"] is False
+
+
+def test_control_did_not_learn_makes_everything_undecided():
+    """Post-LN with warm-up stuck at the unigram entropy: the paper-like contrast elsewhere must not count."""
+    nll = _paper_like()
+    nll[("layernorm", "post", 6, 0.001, 100)] = H - 0.2
+    v = ws.judge(_rows(nll), P, "default")
+    assert v["verdict"] == "inconclusive"
+    assert not v["gates"][0]["passed"]
+
+
+def test_bleu_gate_below_copy_baseline():
+    v = ws.judge(_rows(_paper_like(), bleu=lambda v: COPY_BLEU - 1.0), P, "default")
+    assert v["gates"][1]["passed"] is False and v["verdict"] == "inconclusive"
 
 
 def test_judge_tiny_is_not_applicable():
     assert ws.judge(_rows(_paper_like()), P, "tiny")["verdict"] == "not_applicable"
+
+
+def test_t_interval():
+    m, lo, hi, sd = ws.t_interval([1.0, 2.0, 3.0])
+    assert (m, sd) == (2.0, 1.0)
+    assert math.isclose(hi - m, 4.303 / math.sqrt(3))
+    assert ws.t_interval([1.0])[1:3] == (-math.inf, math.inf)
+
+
+def test_unigram_entropy():
+    import numpy as np
+
+    from repro.data.batching import EncodedCorpus
+
+    enc = EncodedCorpus(src=[np.array([5, 2])] * 2, tgt=[np.array([4, 5]), np.array([4, 6])], index=np.arange(2),
+                        pad_id=0, bos_id=1, eos_id=2, n_input=2)
+    # targets with eos: 4 4 5 6 2 2 -> p = 1/3, 1/3, 1/6, 1/6
+    want = -(2 * (1 / 3) * math.log(1 / 3) + 2 * (1 / 6) * math.log(1 / 6))
+    assert math.isclose(ws.unigram_entropy(enc, 8), want)
 
 
 def test_rerun_keeps_finished_runs(tiny_run):

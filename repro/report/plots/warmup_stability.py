@@ -1,5 +1,7 @@
-"""C3 warmup_stability plots: loss curves with/without warm-up (Xiong et al. 2020 Fig. 2 analogue), final BLEU per run
-beside the published BLEU, and no-warm-up stability vs depth (Nguyen & Salazar 2019 Table 5 analogue)."""
+"""C3 warmup_stability plots: loss curves with/without warm-up (Xiong et al. 2020 Fig. 2 analogue), final BLEU per
+configuration beside the published BLEU, and no-warm-up stability vs depth (Nguyen & Salazar 2019 Table 5 analogue).
+Every configuration ran once per seed: lines and bars are the seeds' mean, bands and whiskers one standard deviation;
+the unigram entropy of the training targets (the gate of the verdict) is drawn on the validation-NLL panels."""
 from __future__ import annotations
 
 import json
@@ -12,8 +14,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-
-from . import legend_outside, published_points  # noqa: E402
 
 
 def _label(s: dict) -> str:
@@ -48,6 +48,17 @@ def _curves(results_dir: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _entropy_lines(g, metrics: pd.DataFrame, all_axes: bool = False) -> None:
+    """The unigram entropy of the training targets on the validation-NLL panels of a FacetGrid (row "kind")."""
+    h = metrics[metrics["metric"] == "unigram_entropy"]["value"]
+    if not len(h):
+        return
+    axes = list(g.axes.flat) if all_axes else [ax for key, ax in g.axes_dict.items() if key[0] == "valid NLL"]
+    for ax in axes:
+        ax.axhline(float(h.iloc[0]), color="gray", ls=":", lw=1)
+        ax.text(ax.get_xlim()[0], float(h.iloc[0]), " unigram entropy", fontsize=6, va="bottom", color="gray")
+
+
 def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     out: list[tuple[str, str]] = []
@@ -57,8 +68,9 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         main = main[main["value"].map(lambda x: math.isfinite(x))]
         if len(main):
             g = sns.relplot(data=main, x="step", y="value", hue="config", col="lr", row="kind", kind="line",
-                            height=2.8, aspect=1.3, facet_kws={"sharey": False})
+                            errorbar="sd", height=2.8, aspect=1.3, facet_kws={"sharey": False})
             g.set_axis_labels("update", "nats/token")
+            _entropy_lines(g, metrics)
             g.savefig(out_dir / "loss_curves.png", dpi=100)
             plt.close(g.figure)
             out.append(("loss_curves.png", "Training loss (label-smoothed, smoothed) and validation NLL per update, "
@@ -67,8 +79,9 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         dep = cur[cur["groups"].str.contains("depth") & (cur["kind"] == "valid NLL")]
         if len(dep):
             g = sns.relplot(data=dep, x="step", y="value", hue="position", col="layers", kind="line", height=2.6,
-                            aspect=1.1)
+                            aspect=1.1, errorbar="sd")
             g.set_axis_labels("update", "valid NLL")
+            _entropy_lines(g, metrics, all_axes=True)
             g.savefig(out_dir / "depth_curves.png", dpi=100)
             plt.close(g.figure)
             out.append(("depth_curves.png", "Validation NLL without warm-up by depth (layers each of encoder and "
@@ -77,23 +90,29 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
     if len(b):
         b["config"] = b["sweep"].map(lambda s: f"L{s['layers']} lr {s['lr']:g} {_label(s)}")
         b = b.sort_values("config")
-        fig, ax = plt.subplots(figsize=(7, 0.35 * len(b) + 1.2))
-        ax.barh(b["config"], b["value"], color=sns.color_palette()[0], label="measured (greedy, test subset)")
-        pub = pd.to_numeric(b["published_value"], errors="coerce")
-        if pub.notna().any():
-            published_points(ax, pub, b["config"], "IWSLT14 / en-vi")
+        n_cfg = b["config"].nunique()
+        fig, ax = plt.subplots(figsize=(7, 0.35 * n_cfg + 1.2))
+        sns.barplot(data=b, y="config", x="value", errorbar="sd", color="steelblue", ax=ax,
+                    label="measured (greedy, test subset; mean +- sd over seeds)")
+        sns.stripplot(data=b, y="config", x="value", color="black", size=3, ax=ax)
+        pub = b.assign(p=pd.to_numeric(b["published_value"], errors="coerce")).dropna(subset=["p"])
+        if len(pub):
+            pub = pub.drop_duplicates("config")
+            ax.scatter(pub["p"], pub["config"], marker="x", color="red", zorder=5, label="published (IWSLT14 / en-vi)")
         copy = metrics[metrics["metric"] == "bleu_copy_baseline"]["value"]
         if len(copy):
             ax.axvline(float(copy.iloc[0]), color="gray", ls="--", lw=1, label="copy-the-source baseline")
         ax.set_xlabel("BLEU")
-        ax.tick_params(axis="y", labelsize=9)
-        legend_outside(ax)
+        ax.set_ylabel("")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
-        fig.savefig(out_dir / "bleu.png", dpi=110, bbox_inches="tight")
+        fig.savefig(out_dir / "bleu.png", dpi=100)
         plt.close(fig)
-        out.append(("bleu.png", "Final BLEU per configuration (bars) and the papers' BLEU for the same configuration "
-                    "(x; Xiong: Post-LN 8.45 without warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; "
-                    "Nguyen & Salazar Table 5 at 4-6 layers). A diverged run scores 0."))
+        out.append(("bleu.png", "Final BLEU per configuration (bars: mean over seeds, whiskers one standard deviation, "
+                    "dots the seeds) and the papers' BLEU for the same configuration (x; Xiong: Post-LN 8.45 without "
+                    "warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; Nguyen & Salazar Table 5 at 4-6 "
+                    "layers). A diverged run scores 0; the dashed line is copying the source."))
     nll = metrics[metrics["metric"] == "final_valid_nll"].copy()
     div = metrics[metrics["metric"] == "diverged"].copy()
     if len(nll):
@@ -105,7 +124,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         dv = {r["sweep"]["run"]: r["value"] for _, r in div.iterrows()}
         nll["diverged"] = nll["sweep"].map(lambda s: bool(dv.get(s["run"])))
         fig, ax = plt.subplots(figsize=(4.5, 3.2))
-        sns.lineplot(data=nll, x="layers", y="value", hue="position", marker="o", ax=ax)
+        sns.lineplot(data=nll, x="layers", y="value", hue="position", marker="o", errorbar="sd", ax=ax)
         bad = nll[nll["diverged"]]
         if len(bad):
             ax.scatter(bad["layers"], [ax.get_ylim()[1]] * len(bad), marker="v", color="red", label="diverged")
@@ -115,6 +134,7 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         fig.tight_layout()
         fig.savefig(out_dir / "depth.png", dpi=100)
         plt.close(fig)
-        out.append(("depth.png", "No warm-up: final validation NLL vs depth, Post-LN vs Pre-LN (Nguyen & Salazar "
-                    "Table 5 analogue: PostNorm fails at 5-6 layers, PreNorm trains)."))
+        out.append(("depth.png", "No warm-up: final validation NLL vs depth, Post-LN vs Pre-LN, mean and one standard "
+                    "deviation over seeds (Nguyen & Salazar Table 5 analogue: PostNorm fails at 5-6 layers, PreNorm "
+                    "trains)."))
     return out
