@@ -24,8 +24,11 @@ def tiny_run(tmp_path_factory):
 def test_tiny_run_shapes(tiny_run):
     p, out, rows, verdict = tiny_run
     plan = ws.plan_runs(p)
-    names = {r["sweep"]["run"] for r in rows}
+    names = {r["sweep"]["run"] for r in rows} - {"data"}
     assert names == {r["name"] for r in plan}
+    data = {r["metric"]: r["value"] for r in rows if r["sweep"]["run"] == "data"}
+    assert set(data) == {"unigram_entropy", "train_pairs", "vocab_size"}
+    assert 0 < data["unigram_entropy"] <= math.log(data["vocab_size"])
     for name in names:
         got = {r["metric"] for r in rows if r["sweep"]["run"] == name}
         assert {"diverged", "final_valid_nll", "bleu", "bleu_copy_baseline", "steps"} <= got
@@ -270,6 +273,18 @@ def test_unigram_entropy():
     # targets with eos: 4 4 5 6 2 2 -> p = 1/3, 1/3, 1/6, 1/6
     want = -(2 * (1 / 3) * math.log(1 / 3) + 2 * (1 / 6) * math.log(1 / 6))
     assert math.isclose(ws.unigram_entropy(enc, 8), want)
+
+
+def test_workers_train_the_same_runs(tiny_run, tmp_path):
+    """Two worker processes train the same plan to the same numbers as the sequential run (one torch thread each)."""
+    p, out, rows, verdict = tiny_run
+    rows2, _ = ws.run({**p, "workers": 2}, "tiny", tmp_path)
+    key = lambda r: (r["metric"], r["sweep"]["run"])  # noqa: E731
+    a = {key(r): r["value"] for r in rows if r["metric"] in ("final_valid_nll", "steps", "diverged")}
+    b = {key(r): r["value"] for r in rows2 if r["metric"] in ("final_valid_nll", "steps", "diverged")}
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k] == pytest.approx(b[k], rel=1e-3, abs=1e-4), k
 
 
 def test_rerun_keeps_finished_runs(tiny_run):

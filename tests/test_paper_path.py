@@ -59,7 +59,7 @@ def paper_overrides(ck: Path, db: Path) -> dict:
           if k not in ("model_dir", "fairseq_checkpoint", "require_fairseq_checkpoint", "corpus", "decode")}
     lp = {k: v for k, v in tiny["layer_pruning"].items()
           if k not in ("translation_model", "lm_model", "fairseq_checkpoint", "data_path")}
-    ws = {k: v for k, v in tiny["warmup_stability"].items() if k not in ("seed",)}
+    ws = {k: v for k, v in tiny["warmup_stability"].items() if k not in ("vocab_size",)}  # the data-bin has its dictionary
     ws["warmup_steps"] = [3]
     return {
         "translation": {"device": "cpu", "threads": 1, "fairseq_checkpoint": str(ck),

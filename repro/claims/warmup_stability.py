@@ -174,12 +174,17 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
     """The translation artefact's tokenizer: ``tokenizer_path`` (set by the workflow to the translation_tokenizer
     rule's ``tokenizer.json``, or a .model / dict.<lang>.txt).  When unset (a hand run or a test) one is made the
     same way into ``out``: the data-bin's dictionary, or a sentencepiece model trained with the translation
-    section's tokenizer settings on both sides of the training split."""
+    section's tokenizer settings on both sides of the training split.  ``vocab_size`` (a text corpus only): this
+    claim's own, smaller sentencepiece vocabulary, trained the same way into ``out`` (small models learn a
+    1-2k-piece output layer in far fewer updates than the shared 8k one; every variant uses the same one)."""
     from repro.train.pipeline import load_tokenizer
 
     path = params.get("tokenizer_path")
     bpe = tparams["corpus"].get("bpe_symbol")
-    if path:
+    own = params.get("vocab_size")
+    if own and tparams["corpus"]["format"] == "data_bin":
+        raise ValueError("warmup_stability.vocab_size: a data-bin corpus comes with its dictionary; set it to null")
+    if path and not own:
         from repro.train.prepare import resolve_tokenizer
 
         if not Path(path).exists():
@@ -195,12 +200,13 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
     from repro.data.tokenizer import train_sentencepiece
 
     tk = tparams["tokenizer"]
-    prefix = out / "tokenizer" / "spm"
+    size = int(own or tk["vocab_size"])
+    prefix = out / "tokenizer" / f"spm{size}"
     texts = [s for pair in corpus.train for s in pair]
-    tok = train_sentencepiece(texts, prefix, tk["vocab_size"], tk.get("model_type", "unigram"),
+    tok = train_sentencepiece(texts, prefix, size, tk.get("model_type", "unigram"),
                               tk.get("character_coverage", 1.0), tk.get("seed", 0))
-    log.info("tokenizer_path unset: trained a %d-piece tokenizer on %d sentences into %s", tok.vocab_size,
-             len(texts), prefix)
+    log.info("trained a %d-piece tokenizer on %d sentences into %s (%s)", tok.vocab_size, len(texts), prefix,
+             "warmup_stability.vocab_size" if own else "tokenizer_path unset")
     return tok, str(prefix) + ".model"
 
 
@@ -573,18 +579,13 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------------- run
-def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
-    """Train every configuration (Post/Pre-LN x warm-up x lr, ScaleNorm+FixNorm, depth sweep) once per seed, and
-    judge."""
+def prepare(params: dict, scale: str, out: Path) -> dict:
+    """Corpus, tokenizer, encoded splits, the test subset and the data rows' values (what every run shares)."""
     from repro.train.pipeline import encode_splits, load_data
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     tparams = _translation_params(params, scale)
-    device = params["device"]
-    t0 = time.time()
     corpus = load_data(tparams)  # fails first, naming translation.corpus.path, when the data path is missing
-    if device == "cuda" and not torch.cuda.is_available():
+    if params["device"] == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("warmup_stability.device: cuda requested but no GPU is available")
     tok, tok_path = _tokenizer(params, tparams, corpus, out)
     tr = params["training"]
@@ -600,29 +601,79 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
         src_ids = [list(x) for x in db.encoded("test", tr["max_len"], "truncate").src[:nt]]
     else:
         src_ids = [list(e)[: tr["max_len"] - 1] + [tok.eos_id] for e in tok.encode_batch(srcs)]
-    test = {"srcs": srcs, "refs": refs, "clean": clean, "src_ids": src_ids}
-    plan = plan_runs(params)
     data = {"unigram_entropy": unigram_entropy(enc["train"], tok.vocab_size), "train_pairs": len(enc["train"]),
             "vocab_size": tok.vocab_size}
+    return {"tok": tok, "tok_path": tok_path, "enc": enc, "data": data,
+            "test": {"srcs": srcs, "refs": refs, "clean": clean, "src_ids": src_ids}}
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(params: dict, scale: str, out: str) -> None:
+    """A worker process: one torch thread, the shared data prepared once (the tokenizer the parent resolved)."""
+    from repro.claims._cli import setup_logging
+
+    setup_logging()
+    torch.set_num_threads(1)
+    _WORKER.update(params=params, out=Path(out), **prepare(params, scale, Path(out)))
+
+
+def _worker_train(r: dict) -> dict:
+    w = _WORKER
+    return train_one(w["params"], r, w["tok"], w["enc"], w["test"], w["out"], w["params"]["device"])
+
+
+def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
+    """Train every configuration (Post/Pre-LN x warm-up x lr, ScaleNorm+FixNorm, depth sweep) once per seed, and
+    judge.  ``workers`` > 1 trains that many runs at once in worker processes of one torch thread each (small
+    models use one core far better than two threads of one process); the results do not depend on it."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    shared = prepare(params, scale, out)
+    tok, tok_path, enc, test, data = (shared[k] for k in ("tok", "tok_path", "enc", "test", "data"))
+    plan = plan_runs(params)
     log.info("data: %d train pairs, %d valid, %d test sentences; vocab %d (%s); target unigram entropy %.3f nats; "
-             "%d runs planned; %.1f s", len(enc["train"]), len(enc["valid"]), nt, tok.vocab_size, tok_path,
-             data["unigram_entropy"], len(plan), time.time() - t0)
+             "%d runs planned; %.1f s", len(enc["train"]), len(enc["valid"]), len(test["refs"]), tok.vocab_size,
+             tok_path, data["unigram_entropy"], len(plan), time.time() - t0)
     # runs.json is rewritten after every run; a rerun with the same parameters keeps the finished runs (resume)
-    key = json.dumps({k: v for k, v in params.items() if k != "tokenizer_path"}, sort_keys=True, default=str)
+    key = json.dumps({k: v for k, v in params.items() if k not in ("tokenizer_path", "workers")}, sort_keys=True,
+                     default=str)
     done = {}
     if (out / "runs.json").exists():
         old = json.loads((out / "runs.json").read_text())
         if old.get("params_key") == key:
             done = {s["name"]: s for s in old["runs"] if (out / "curves" / f"{s['name']}.csv").exists()}
-    summaries = []
-    for i, r in enumerate(plan):
+    finished: dict[str, dict] = {}
+    for r in plan:
         if r["name"] in done:
-            log.info("run %d/%d: %s already finished (runs.json); kept", i + 1, len(plan), r["name"])
-            summaries.append({**done[r["name"]], "groups": r["groups"]})  # groups are plan metadata
-            continue
-        log.info("run %d/%d: %s (groups %s)", i + 1, len(plan), r["name"], ",".join(r["groups"]))
-        summaries.append(train_one(params, r, tok, enc, test, out, device))
-        atomic_write_json(out / "runs.json", {"tokenizer": tok_path, "params_key": key, "runs": summaries})
+            finished[r["name"]] = {**done[r["name"]], "groups": r["groups"]}  # groups are plan metadata
+    todo = [r for r in plan if r["name"] not in finished]
+    log.info("%d runs kept from runs.json, %d to train", len(finished), len(todo))
+
+    def record(s: dict) -> None:
+        finished[s["name"]] = s
+        atomic_write_json(out / "runs.json", {"tokenizer": tok_path, "params_key": key,
+                                              "runs": [finished[r["name"]] for r in plan if r["name"] in finished]})
+        log.info("%d/%d runs finished (%.0f s)", len(finished), len(plan), time.time() - t0)
+
+    workers = min(int(params.get("workers") or 1), len(todo))
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        wparams = {**params, "tokenizer_path": tok_path, "vocab_size": None}  # the tokenizer made above
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_worker_init, initargs=(wparams, scale, str(out))) as ex:
+            futures = [ex.submit(_worker_train, r) for r in todo]
+            for f in as_completed(futures):
+                record(f.result())
+    else:
+        for r in todo:
+            log.info("run %s (groups %s)", r["name"], ",".join(r["groups"]))
+            record(train_one(params, r, tok, enc, test, out, params["device"]))
+    summaries = [finished[r["name"]] for r in plan]
     rows = rows_from_summaries(summaries, params, data)
     return rows, judge(rows, params, scale)
 
