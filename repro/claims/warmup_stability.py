@@ -446,9 +446,13 @@ def gates(g: Grid, params: dict, copy_bleu: float | None) -> list[dict]:
         m, lo, hi_, _ = t_interval(xs)
         upper = hi_ if len(xs) >= 2 else m
         ok = ok and upper < need
-        parts.append(f"{pos}-LN + warm-up {w}: valid NLL {_ms(xs)} (95% upper {upper:.3f})")
+        bleu = [d.get("bleu", math.nan) for d in runs.values()]
+        bleu = "" if v.get("gate_bleu") is not None else f", BLEU {_ms(bleu, 2)}"
+        parts.append(f"{pos}-LN + warm-up {w}: valid NLL {_ms(xs)} (95% upper {upper:.3f}){bleu}")
+    copy_text = (f"; copy-the-source BLEU {copy_bleu:.2f} (BLEU is not a gate at this scale)"
+                 if v.get("gate_bleu") is None and copy_bleu is not None else "")
     out = [gate("warm-up controls learned (valid NLL vs unigram entropy)", ok,
-                "; ".join(parts) + f"; unigram entropy of the training targets {g.H:.3f} nats",
+                "; ".join(parts) + f"; unigram entropy of the training targets {g.H:.3f} nats" + copy_text,
                 f"upper 95% bound of each control's NLL < {need:.3f} (entropy - {v['gate_nats']} nats), "
                 f"lr {hi:g}, {len(seeds_of(params)) if 'seeds' in params else 'all'} seeds")]
     if v.get("gate_bleu") is not None:
