@@ -252,6 +252,23 @@ def test_bleu_gate_below_copy_baseline():
     assert v["gates"][1]["passed"] is False and v["verdict"] == "inconclusive"
 
 
+def test_old_single_seed_results_are_inconclusive():
+    """Rows as the pre-gate runs recorded them (one seed, no seed column, no unigram entropy): the old default
+    (valid NLL 5.65-6.24, BLEU 0-1.6) once read 'partially'; it must now be inconclusive, and not crash."""
+    old = {("layernorm", "post", 6, 0.001, 100): 6.166, ("layernorm", "post", 6, 0.001, 0): 6.240,
+           ("layernorm", "pre", 6, 0.001, 100): 5.649, ("layernorm", "pre", 6, 0.001, 0): 5.673,
+           ("layernorm", "pre", 6, 0.0005, 100): 5.850, ("layernorm", "pre", 6, 0.0005, 0): 5.708,
+           ("scalenorm", "pre", 6, 0.001, 0): 5.720, ("layernorm", "post", 2, 0.001, 0): 5.660,
+           ("layernorm", "pre", 2, 0.001, 0): 5.323}
+    rows = [r for r in _rows(old, noise=0.0) if r["sweep"].get("seed", 1) == 1 and r["sweep"]["run"] != "data"]
+    for r in rows:
+        del r["sweep"]["seed"]
+    v = ws.judge(rows, P, "default")
+    assert v["verdict"] == "inconclusive", v["reason"]
+    assert all(c["passed"] is None for c in v["checks"]) and not v["gates"][0]["passed"]
+    assert "unigram entropy not recorded" in v["gates"][0]["measured"]
+
+
 def test_judge_tiny_is_not_applicable():
     assert ws.judge(_rows(_paper_like()), P, "tiny")["verdict"] == "not_applicable"
 
