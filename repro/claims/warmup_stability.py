@@ -58,6 +58,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from repro.bench import records
 from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
                                   verdict_from_checks)
 
@@ -320,30 +321,14 @@ def rows_from_summaries(summaries: list[dict], params: dict, data: dict | None =
 
 
 # ---------------------------------------------------------------------------------------------------------- verdict
-# two-sided 95% Student-t quantiles t_{0.975, df} (df = seeds - 1); beyond the table the normal approximation
-# 1.96 + 2.4 / df is within 0.01 of the exact value
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
-
-
-def t975(df: int) -> float:
-    if df < 1:
-        raise ValueError("t975: needs at least 2 samples (df >= 1)")
-    if df in _T975:
-        return _T975[df]
-    return _T975[max(k for k in _T975 if k <= df)] if df < 30 else 1.96 + 2.4 / df
-
-
 def t_interval(xs: list[float]) -> tuple[float, float, float, float]:
-    """(mean, lower, upper, standard deviation) of the 95% Student-t interval of the mean of ``xs``; with fewer than
-    two values the interval is unbounded (a single seed cannot decide anything)."""
+    """(mean, lower, upper, sample standard deviation) of the 95% Student-t interval of the mean of ``xs``
+    (``records.t_interval``); with fewer than two values the interval is unbounded (one seed decides nothing)."""
     n = len(xs)
     mean = sum(xs) / n if n else math.nan
-    if n < 2:
-        return mean, -math.inf, math.inf, math.nan
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = t975(n - 1) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half, sd
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n >= 2 else math.nan
+    lo, hi = records.t_interval(mean, sd, n)
+    return mean, lo, hi, sd
 
 
 def _runs(rows: list[dict]) -> dict[str, dict]:
@@ -559,7 +544,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         growth = [(g.nll(po1[s]) - g.nll(pr1[s])) - (g.nll(po0[s]) - g.nll(pr0[s])) for s in seeds]
         p_deep, why_deep = _decide(g1, above=gap)
         p_grow, why_grow = _decide(growth, above=0.0)
-        passed = False if False in (p_deep, p_grow) else None if None in (p_deep, p_grow) else True
+        passed = records.both(p_deep, p_grow)
         checks.append(check(
             f"no warm-up: Post-LN fails at {D1}+{D1} layers where Pre-LN trains, more than at {D0}+{D0}",
             passed,
