@@ -456,8 +456,6 @@ def gates(g: Grid, params: dict, copy_bleu: float | None) -> list[dict]:
 
 def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
     """This run's side of the "Setup beside the paper" table, from the config and the data rows."""
-    from repro.bench.fingerprint import hardware_id
-
     m, tr, b = params["model"], params["training"], params["model"]["block"]
     L = m["n_encoder_layers"]
     t = params.get("translation") or {}
@@ -481,7 +479,9 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
         "seeds": (f"{len(seeds)} per configuration ({', '.join(map(str, seeds))}), compared paired, 95% t-intervals"
                   if len(seeds) > 1 else f"{len(seeds)} (no spread: no check can be decided)"),
         "precision": "fp32",
-        "hardware": f"{params.get('device', 'cpu')}: {hardware_id()}, {torch.get_num_threads()} torch threads",
+        "hardware": (f"{params.get('device', 'cpu')} (the machine: the verdict line above), "
+                     + (f"{params['workers']} runs at once, one torch thread each" if (params.get("workers") or 1) > 1
+                        else f"{torch.get_num_threads()} torch threads")),
     }
 
 
