@@ -109,7 +109,8 @@ def seeds_of(params: dict) -> list[int]:
 
 def plan_runs(params: dict) -> list[dict]:
     """Every training run of the experiment: each configuration (deduplicated: the depth sweep reuses the main
-    grid's runs) once per seed, seed by seed, the headline configurations first within a seed."""
+    grid's runs) once per seed; the headline configurations first, each with all its seeds, so a run cut short has
+    the headline decided first."""
     m = params["model"]
     main_layers = m["n_encoder_layers"]
     warmups = warmup_lengths(params)
@@ -137,13 +138,17 @@ def plan_runs(params: dict) -> list[dict]:
     for layers in sorted(set(dp["layers"]) | {main_layers}):  # the main depth's runs are reused from the grid
         for position in params["positions"]:
             add("depth", "layernorm", position, False, layers, dp["lr"], 0)
-    # most informative first (a run cut short still shows the headline): the main depth at the highest lr, then the
-    # depth sweep, then the other learning rates
+    # most informative first (a run cut short still shows the headline): the LayerNorm grid at the main depth and the
+    # highest lr, then ScaleNorm+FixNorm, the depth sweep, the other learning rates
     hi = max(params["lrs"])
-    configs = sorted(runs.values(), key=lambda r: (0 if r["layers"] == main_layers and r["lr"] == hi else
-                                                   1 if r["layers"] != main_layers else 2))
+
+    def rank(r):
+        main = r["layers"] == main_layers and r["lr"] == hi
+        return 0 if main and not r["fixnorm"] else 1 if main else 2 if r["layers"] != main_layers else 3
+
+    configs = sorted(runs.values(), key=rank)
     return [{**r, "groups": list(r["groups"]), "name": f"{r['name']}_s{seed}", "seed": seed}
-            for seed in seeds_of(params) for r in configs]
+            for r in configs for seed in seeds_of(params)]
 
 
 def unigram_entropy(encoded, vocab_size: int) -> float:
