@@ -411,7 +411,8 @@ def _decide(xs: list[float], **side) -> tuple[bool | None, str | None]:
     passed = decide_interval(lo, hi, **side)
     if passed is None:
         edge = side.get("above", side.get("below"))
-        return None, f"the 95% interval [{lo:+.3f}, {hi:+.3f}] straddles the threshold {edge:+.3f}: too few seeds or too much spread"
+        return None, (f"the 95% interval [{lo:+.3f}, {hi:+.3f}] straddles the threshold {edge:+.3f}: too few seeds "
+                      "or too much spread")
     return passed, None
 
 
@@ -432,7 +433,7 @@ def gates(g: Grid, params: dict, copy_bleu: float | None) -> list[dict]:
     for pos, runs in controls.items():
         xs = [g.nll(d) for d in runs.values()]
         if not xs:
-            ok, parts = False, parts + [f"{pos}-LN + warm-up: missing"]
+            ok, parts = False, parts + [f"{pos}-LN + warm-up {w}: missing"]
             continue
         worst = max(xs)
         ok = ok and worst < need
@@ -463,17 +464,19 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
     m, tr, b = params["model"], params["training"], params["model"]["block"]
     L = m["n_encoder_layers"]
     t = params.get("translation") or {}
-    corpus = (t.get("corpus") or {}).get("path", "the translation section's corpus")
+    c = t.get("corpus") or {}
+    corpus = f"{c.get('path', 'the translation corpus')} ({c.get('direction', '?')})"
     pairs = data.get("train_pairs")
     sn = params["scalenorm_fixnorm"]
+    own = " (this claim's own)" if params.get("vocab_size") else ""
     return {
         "model": (f"Transformer encoder-decoder {L}+{L} layers, d {b['d_model']}, FFN {b['d_ff']}, {b['n_heads']} "
                   f"heads, dropout {b.get('dropout', 0)}, tied embeddings, fairseq (Xavier) init; depth sweep "
                   f"{sorted(set(params['depth']['layers']) | {L})} layers"),
-        "data": (f"{corpus} de-en (software messages), {int(pairs) if pairs else '?'} training pairs of <= "
-                 f"{tr['max_len']} pieces, {int(data['vocab_size']) if data.get('vocab_size') else '?'}-piece "
-                 f"sentencepiece vocabulary; valid NLL on {params['eval'].get('valid_sentences') or 'all'} pairs, "
-                 f"greedy BLEU on {params['eval']['test_sentences']} test sentences"),
+        "data": (f"{corpus}, {int(pairs) if pairs else '?'} training pairs of <= {tr['max_len']} pieces, "
+                 f"{int(data['vocab_size']) if data.get('vocab_size') else '?'}-piece vocabulary{own}; valid NLL on "
+                 f"{params['eval'].get('valid_sentences') or 'all'} pairs, greedy BLEU on "
+                 f"{params['eval']['test_sentences']} test sentences"),
         "steps": f"{tr['max_steps']} updates of <= {tr['max_tokens']} padded tokens per run",
         "learning rates": (f"{', '.join(f'{x:g}' for x in params['lrs'])} (Adam {tuple(tr['betas'])}, label "
                            f"smoothing {tr.get('label_smoothing', 0)}); ScaleNorm+FixNorm "
