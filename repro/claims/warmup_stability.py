@@ -62,6 +62,7 @@ from torch import nn
 from repro.bench import records
 from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
                                   verdict_from_checks)
+from repro.progress import Progress
 
 CLAIM = "warmup_stability"
 log = logging.getLogger("repro.warmup_stability")
@@ -648,12 +649,13 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             finished[r["name"]] = {**done[r["name"]], "groups": r["groups"]}  # groups are plan metadata
     todo = [r for r in plan if r["name"] not in finished]
     log.info("%d runs kept from runs.json, %d to train", len(finished), len(todo))
+    progress = Progress("warmup_stability training runs", len(plan), "runs", logger=log, done=len(finished))
 
     def record(s: dict) -> None:
         finished[s["name"]] = s
         atomic_write_json(out / "runs.json", {"tokenizer": tok_path, "params_key": key,
                                               "runs": [finished[r["name"]] for r in plan if r["name"] in finished]})
-        log.info("%d/%d runs finished (%.0f s)", len(finished), len(plan), time.time() - t0)
+        progress.update(note=s["name"])
 
     workers = min(int(params.get("workers") or 1), len(todo))
     if workers > 1:

@@ -15,6 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from . import legend_outside, published_points  # noqa: E402
+
 
 def _label(s: dict) -> str:
     kind = "ScaleNorm+FixNorm" if s.get("fixnorm") else "LN"
@@ -92,27 +94,27 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         b = b.sort_values("config")
         n_cfg = b["config"].nunique()
         fig, ax = plt.subplots(figsize=(7, 0.35 * n_cfg + 1.2))
-        sns.barplot(data=b, y="config", x="value", errorbar="sd", color="steelblue", ax=ax,
+        sns.barplot(data=b, y="config", x="value", errorbar="sd", color=sns.color_palette()[0], ax=ax,
                     label="measured (greedy, test subset; mean +- sd over seeds)")
         sns.stripplot(data=b, y="config", x="value", color="black", size=3, ax=ax)
         pub = b.assign(p=pd.to_numeric(b["published_value"], errors="coerce")).dropna(subset=["p"])
         if len(pub):
             pub = pub.drop_duplicates("config")
-            ax.scatter(pub["p"], pub["config"], marker="x", color="red", zorder=5, label="published (IWSLT14 / en-vi)")
+            published_points(ax, pub["p"], pub["config"], "IWSLT14 / en-vi")
         copy = metrics[metrics["metric"] == "bleu_copy_baseline"]["value"]
         if len(copy):
             ax.axvline(float(copy.iloc[0]), color="gray", ls="--", lw=1, label="copy-the-source baseline")
         ax.set_xlabel("BLEU")
         ax.set_ylabel("")
-        ax.tick_params(axis="y", labelsize=7)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.tick_params(axis="y", labelsize=9)
+        legend_outside(ax)
         fig.tight_layout()
-        fig.savefig(out_dir / "bleu.png", dpi=100)
+        fig.savefig(out_dir / "bleu.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
-        out.append(("bleu.png", "Final BLEU per configuration (bars: mean over seeds, whiskers one standard deviation, "
-                    "dots the seeds) and the papers' BLEU for the same configuration (x; Xiong: Post-LN 8.45 without "
-                    "warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; Nguyen & Salazar Table 5 at 4-6 "
-                    "layers). A diverged run scores 0; the dashed line is copying the source."))
+        out.append(("bleu.png", "Final BLEU per configuration (bars: mean over seeds, whiskers one standard "
+                    "deviation, dots the seeds) and the papers' BLEU for the same configuration (black X; Xiong: "
+                    "Post-LN 8.45 without warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; Nguyen & Salazar "
+                    "Table 5 at 4-6 layers). A diverged run scores 0; the dashed line is copying the source."))
     nll = metrics[metrics["metric"] == "final_valid_nll"].copy()
     div = metrics[metrics["metric"] == "diverged"].copy()
     if len(nll):
