@@ -98,9 +98,11 @@ def test_paper_scale_runs_from_a_fairseq_checkpoint(tmp_path):
         page = (rep / f"{claim}.md").read_text()
         assert "scale `paper`" in page and "Measured beside published" in page
     # the random-weight model does not beat the copy baseline (the data-bin's target copies its source), so every
-    # BLEU-based head-pruning check is left undecided rather than judged
-    hp_checks = json.loads((res / "head_pruning/verdict.json").read_text())["checks"]
-    assert [c["name"] for c in hp_checks if c["passed"] is not None] == ["the pruned model's speed-up grows with batch size"]
+    # BLEU-based head-pruning check is left undecided by the gate rather than judged, and the CPU speed-up is a
+    # stand-in for Michel's GPU measurement: nothing is decided, the verdict is inconclusive
+    hp_v = json.loads((res / "head_pruning/verdict.json").read_text())
+    assert [c["name"] for c in hp_v["checks"] if c["passed"] is not None] == []
+    assert hp_v["verdict"] == "inconclusive" and not hp_v["gates"][0]["passed"]
     hp = json.loads((res / "head_pruning/config.json").read_text())["config"]
     assert hp["fairseq_checkpoint"] == str(ck) and hp["corpus"]["format"] == "data_bin"
     lp = json.loads((res / "layer_pruning/config.json").read_text())["config"]
