@@ -82,6 +82,8 @@ def test_report_in_headless_chromium(tmp_path):
         driver.save_screenshot(str(ARTIFACTS / "report_landing.png"))
         cells = {}
         for link in table.find_elements("css selector", "td a"):
+            # the matrix is taller than the window once several machines are committed: scroll each cell to view
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", link)
             text = link.text.strip()
             cells.setdefault(text, 0)
             cells[text] += 1

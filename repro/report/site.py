@@ -13,6 +13,7 @@ import glob
 import html
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from repro.report.matrix import matrix_html
 
 LANDING_CSS = """<style>
 div.prose.max-w-lg{max-width:none}
-.repro-landing{font-size:14px;max-width:none}
+.repro-landing{font-size:14px;max-width:none;max-height:calc(100vh - 48px);overflow:auto}
 .repro-landing table.repro-matrix{border-collapse:collapse;font-size:12.5px;margin:.5em 0}
 .repro-landing table.repro-matrix th,.repro-landing table.repro-matrix td{border:1px solid #ccc;padding:4px 6px;
 vertical-align:top;text-align:left}
@@ -104,4 +105,7 @@ def landing_html(results_root: str | Path, reports_root: str | Path, hardware: s
             f"{guide}{matrix_html(results_root, link=link)}"
             f"<p>Registered claims: {html.escape(', '.join(claims))}. The same matrix in markdown: "
             f"<code>{html.escape(str(reports_root))}/matrix.md</code>.</p></div>")
-    return LANDING_CSS.replace("\n", "") + body.replace("\n", " ")
+    # one line per table row / block (docutils refuses lines over 10,000 characters; report/workflow.rst indents
+    # every line under its raw directive with Jinja's indent filter)
+    return LANDING_CSS.replace("\n", "") + "\n" + re.sub(r"(</tr>|</p>|</table>|</h[1-6]>|</li>|</ul>|</ol>)",
+                                                         r"\1\n", body.replace("\n", " ")).rstrip("\n")
