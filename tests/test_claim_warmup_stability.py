@@ -274,10 +274,12 @@ def test_judge_tiny_is_not_applicable():
 
 
 def test_t_interval():
-    m, lo, hi, sd = ws.t_interval([1.0, 2.0, 3.0])
+    from repro.bench.records import sample_interval
+
+    m, lo, hi, sd = sample_interval([1.0, 2.0, 3.0])
     assert (m, sd) == (2.0, 1.0)
     assert math.isclose(hi - m, 4.303 / math.sqrt(3))
-    assert ws.t_interval([1.0])[1:3] == (-math.inf, math.inf)
+    assert sample_interval([1.0])[1:3] == (-math.inf, math.inf)
 
 
 def test_unigram_entropy():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -148,6 +149,16 @@ def t_interval(mean: float, std: float | None, n: int | None) -> tuple[float, fl
     t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
     half = t * std / math.sqrt(n)
     return mean - half, mean + half
+
+
+def sample_interval(xs) -> tuple[float, float, float, float]:
+    """(mean, lower, upper, sample std) of the 95% t-interval of the mean of the values ``xs`` (one per seed);
+    fewer than two values give an unbounded interval and a NaN std."""
+    xs = [float(x) for x in xs]
+    mean = statistics.fmean(xs) if xs else math.nan
+    sd = statistics.stdev(xs) if len(xs) >= 2 else math.nan
+    lo, hi = t_interval(mean, sd, len(xs))
+    return mean, lo, hi, sd
 
 
 def both(*decisions: bool | None) -> bool | None:

@@ -328,16 +328,6 @@ def rows_from_summaries(summaries: list[dict], params: dict, data: dict | None =
 
 
 # ---------------------------------------------------------------------------------------------------------- verdict
-def t_interval(xs: list[float]) -> tuple[float, float, float, float]:
-    """(mean, lower, upper, sample standard deviation) of the 95% Student-t interval of the mean of ``xs``
-    (``records.t_interval``); with fewer than two values the interval is unbounded (one seed decides nothing)."""
-    n = len(xs)
-    mean = sum(xs) / n if n else math.nan
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n >= 2 else math.nan
-    lo, hi = records.t_interval(mean, sd, n)
-    return mean, lo, hi, sd
-
-
 def _runs(rows: list[dict]) -> dict[str, dict]:
     """run name -> {sweep..., metric: value}, for the training runs (not the data rows)."""
     out: dict[str, dict] = {}
@@ -395,12 +385,12 @@ def _ms(xs: list[float], nd: int = 3) -> str:
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     if not xs:
         return "n/a"
-    m, _, _, sd = t_interval(xs)
+    m, _, _, sd = records.sample_interval(xs)
     return f"{m:.{nd}f}" if len(xs) < 2 else f"{m:.{nd}f} +- {sd:.{nd}f}"
 
 
 def _ci(xs: list[float]) -> str:
-    m, lo, hi, _ = t_interval(xs)
+    m, lo, hi, _ = records.sample_interval(xs)
     return f"mean {m:+.3f} nats, 95% t-interval [{lo:+.3f}, {hi:+.3f}] over {len(xs)} paired seeds"
 
 
@@ -408,7 +398,7 @@ def _decide(xs: list[float], **side) -> tuple[bool | None, str | None]:
     """decide_interval on the 95% t-interval of the mean of ``xs``, with the reason when undecided."""
     if len(xs) < 2:
         return None, f"{len(xs)} paired seed(s): no spread to decide by (needs >= 2)"
-    _, lo, hi, _ = t_interval(xs)
+    _, lo, hi, _ = records.sample_interval(xs)
     passed = decide_interval(lo, hi, **side)
     if passed is None:
         edge = side.get("above", side.get("below"))
