@@ -37,8 +37,9 @@ else:
 
     include: "workflows/common.smk"
 
-    # One workflows/<id>.smk per claim (plus shared artefacts and the hardware comparison). A claim without a
-    # workflow file yet is listed as not_implemented in the index.
+    # The shared artefacts (workflows/translation.smk) and the hardware comparison; every claim runs through the
+    # one rule `claim` of workflows/common.smk. A registered claim without a module and config yet is listed as
+    # not_implemented in the index.
     for _smk in W.workflow_files():
 
         include: _smk

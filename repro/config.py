@@ -208,6 +208,41 @@ def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
     return validate_params(name, scale, params)
 
 
+def workflow_spec(name: str, scale: str) -> dict:
+    """How the workflow runs claim ``name`` at ``scale``: the ``workflow`` section of config/claims/<name>.yaml
+    (config/schema/workflow.schema.yaml) with that scale's overrides applied -> ``{threads, resources, sections,
+    needs}``. Each need's ``param`` (and ``unless`` / ``when_any`` key) must be a parameter of the claim."""
+    path = CONFIG_DIR / "claims" / f"{name}.yaml"
+    where = f"{path.name} [workflow]"
+    wf = validate(dict((_load_yaml(path) or {}).get("workflow") or {}), _schema("workflow"), where)
+    over = wf.get(scale) or {}
+    spec = {"threads": int(over.get("threads", wf.get("threads", 1))),
+            "resources": {"runtime": 30, "mem_mb": 4000, "gpu": 0, **(wf.get("resources") or {}),
+                          **(over.get("resources") or {})},
+            "sections": list(wf.get("sections") or []), "needs": list(wf.get("needs") or [])}
+    known = set(((_schema(name) or {}).get("properties") or {}))
+    for i, need in enumerate(spec["needs"]):
+        for key in [need["param"], *need.get("unless", []), *need.get("when_any", {})]:
+            if known and key not in known:
+                raise ConfigError(f"{where}: needs[{i}]: {key!r} is not a parameter of {name} "
+                                  f"(config/schema/{name}.schema.yaml)")
+    return spec
+
+
+def needed(spec: Mapping, params: Mapping) -> list[dict]:
+    """The needs of ``spec`` (:func:`workflow_spec`) that these parameters leave to the shared artefacts: not when
+    the parameter receiving the path, or one of ``unless``, is set, nor when a ``when_any`` list holds none of its
+    values."""
+    out = []
+    for need in spec["needs"]:
+        if params.get(need["param"]) or any(params.get(k) for k in need.get("unless", [])):
+            continue
+        if any(not set(params.get(k) or []) & set(vals) for k, vals in need.get("when_any", {}).items()):
+            continue
+        out.append(dict(need))
+    return out
+
+
 def validate_params(name: str, scale: str, params: Any) -> dict:
     """Check the parameters of ``name`` (e.g. a ``--params`` JSON given by hand) against its schema, filling
     defaults; raise ConfigError naming the key."""

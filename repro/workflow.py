@@ -1,5 +1,6 @@
-"""What the Snakefile needs from Python: the validated run, the hardware id, paths, per-claim parameters and
-the target list (a pure function of the config). Kept out of the .smk files so those hold rules only."""
+"""What the Snakefile needs from Python: the validated run, the hardware id, paths, per-claim parameters, the
+one claim rule's inputs, threads and resources (from each claim's ``workflow`` section), and the target list (a
+pure function of the config). Kept out of the .smk files so those hold rules only."""
 from __future__ import annotations
 
 import json
@@ -7,13 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from repro import registry
-from repro.bench.fingerprint import hardware_id
-from repro.config import ConfigError, load_run_config, section
-
-# claims that train on, prune or tokenize with the shared translation artefact (workflows/translation.smk)
-TRANSLATION_CLAIMS = {"head_pruning", "layer_pruning", "quantization", "warmup_stability"}
-
+from repro import artefacts, registry
+from repro.bench.fingerprint import hardware_id, slug
+from repro.config import ConfigError, load_run_config, needed, section, workflow_spec
 
 class Run:
     def __init__(self, config: dict, basedir: str | Path, main_process: bool = True):
@@ -26,17 +23,20 @@ class Run:
             raise WorkflowError(f"invalid configuration: {exc}") from None
         self.py = sys.executable
         self.scale = self.cfg["scale"]
-        self.hw = hardware_id() if self.cfg["hardware"] == "auto" else self.cfg["hardware"]
-        if self.cfg["hardware"] != "auto":
-            # jobs inherit the environment: every results file then names the id its folder is filed under
-            os.environ["REPRO_HARDWARE_ID"] = self.hw
+        # the hardware id is decided here, once, and passed to every job (--hardware, REPRO_HARDWARE_ID), so the
+        # folder a result is filed under and the id inside its files are the same string
+        given = self.cfg["hardware"]
+        if given != "auto" and slug(given) != given:
+            raise WorkflowError(f"invalid configuration: hardware: {given!r} is not a hardware id (lower-case letters, "
+                                f"digits and '-'); use {slug(given)!r}")
+        self.hw = hardware_id() if given == "auto" else given
+        os.environ["REPRO_HARDWARE_ID"] = self.hw  # jobs inherit it (the translation rules read it from there)
         self.res = f"{self.cfg['results_dir']}/{self.hw}/{self.scale}"
         self.rep = f"{self.cfg['reports_dir']}/{self.hw}/{self.scale}"
         self.logs = f"logs/{self.hw}/{self.scale}"
         self.models = f"{self.res}/_models"
         self.basedir = Path(basedir)
-        self.claims_with_workflow = [c for c in registry.claim_ids()
-                                     if (self.basedir / "workflows" / f"{c}.smk").exists()]
+        self.claims_with_workflow = registry.implemented_claims(self.basedir)
         if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
             self.check_results()
 
@@ -65,23 +65,56 @@ class Run:
                                   f"{claim}.") from None
 
     def workflow_files(self) -> list[str]:
-        names = ["translation", *registry.claim_ids(), "compare_hardware"]
+        """The shared-artefact and hardware-comparison rules (workflows/<name>.smk); claims need none of their own."""
+        names = ["translation", "compare_hardware"]
         return [f"workflows/{n}.smk" for n in names if (self.basedir / "workflows" / f"{n}.smk").exists()]
 
-    def params(self, name: str) -> str:
-        """Validated parameters of one claim (or shared artefact) at this scale, as JSON for --params."""
+    def section(self, name: str) -> dict:
+        """Validated parameters of one claim (or shared artefact) at this scale, overrides applied."""
         try:
-            return json.dumps(section(name, self.scale, self.cfg["overrides"]), sort_keys=True)
+            return section(name, self.scale, self.cfg["overrides"])
         except ConfigError as exc:
             raise self._error(f"invalid configuration: {exc}") from None
+
+    def spec(self, claim: str) -> dict:
+        """The claim's ``workflow`` section at this scale (threads, resources, sections, needs)."""
+        try:
+            return workflow_spec(claim, self.scale)
+        except ConfigError as exc:
+            raise self._error(f"invalid configuration: {exc}") from None
+
+    def params(self, name: str) -> str:
+        """Validated parameters of one claim (or shared artefact) at this scale as JSON for --params, with the
+        config sections its ``workflow.sections`` lists (e.g. the translation section) under their names."""
+        params = self.section(name)
+        if name in self.claims_with_workflow:
+            params.update({s: self.section(s) for s in self.spec(name)["sections"]})
+        return json.dumps(params, sort_keys=True)
+
+    def artefact(self, name: str) -> str:
+        """The file the workflow builds for shared artefact ``name`` (repro.artefacts)."""
+        return str(artefacts.artefact_file(self.models, name))
+
+    def artefact_dir(self, name: str) -> str:
+        return str(artefacts.artefact_dir(self.models, name))
+
+    def claim_inputs(self, claim: str) -> dict:
+        """{claim parameter: artefact file} for the shared artefacts this claim needs with these parameters."""
+        return {n["param"]: self.artefact(n["artefact"]) for n in needed(self.spec(claim), self.section(claim))}
+
+    def input_args(self, claim: str, inputs) -> str:
+        """``--input param=path`` for each declared input (the folder of a model, the tokenizer file)."""
+        kinds = {n["param"]: n["artefact"] for n in self.spec(claim)["needs"]}
+        return " ".join(f"--input {k}={artefacts.param_value(v, kinds[k])}" for k, v in inputs.items())
 
     def outputs(self, claim: str) -> dict:
         return {"metrics": f"{self.res}/{claim}/metrics.csv", "verdict": f"{self.res}/{claim}/verdict.json"}
 
-    def shell(self, claim: str) -> str:
-        """The command every claim rule runs; progress goes to the terminal and to the rule's log."""
-        return (f"{self.py} -m repro.claims.{claim} --scale {self.scale} --params {{params.cfg:q}} "
-                f"--out {self.res}/{claim} --threads {{threads}} 2>&1 | tee {{log}}")
+    def shell(self) -> str:
+        """The command of the one claim rule; progress goes to the terminal and to the rule's log."""
+        return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --params {{params.cfg:q}} "
+                f"{{params.inputs}} --out {self.res}/{{wildcards.claim}} --threads {{threads}} --hardware {self.hw} "
+                f"2>&1 | tee {{log}}")
 
     def pages(self) -> list[str]:
         return [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]
@@ -94,8 +127,8 @@ class Run:
         extra = [self.compare_dir()] if (self.basedir / "workflows" / "compare_hardware.smk").exists() else []
         # the shared model's BLEU benchmark (issue 4): with the whole suite or a claim built on the translation task,
         # not when the run is narrowed to other claims (at paper scale it needs the data-bin / checkpoint paths)
-        uses_translation = set(self.cfg["claims"]) == set(registry.claim_ids()) or TRANSLATION_CLAIMS & set(
-            self.cfg["claims"])
+        uses_translation = set(self.cfg["claims"]) == set(registry.claim_ids()) or any(
+            self.spec(c)["needs"] or self.spec(c)["sections"] for c in self.cfg["claims"] if c in self.claims_with_workflow)
         if (self.basedir / "workflows" / "translation.smk").exists() and uses_translation:
             extra.append(self.outputs("translation")["verdict"])
         return self.pages() + [f"{self.rep}/index.md", self.matrix()] + extra

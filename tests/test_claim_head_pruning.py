@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from repro.artefacts import ArtefactError
 from repro.claims import head_pruning as hp
 from repro.claims._heads import (Head, HardConcreteGates, all_heads, head_importance, pruned_copy, pruning_levels,
                                  set_pruned)
@@ -175,7 +176,7 @@ def test_paper_scale_needs_the_checkpoint(tmp_path):
     with pytest.raises(hp.ClaimParamError, match="head_pruning.fairseq_checkpoint"):
         hp.resolve_model(params, tmp_path)
     params = section("head_pruning", "default")
-    with pytest.raises(hp.ClaimParamError, match="head_pruning.model_dir"):
+    with pytest.raises(ArtefactError, match="head_pruning.model_dir"):
         hp.resolve_model(params, tmp_path / "head_pruning")
 
 

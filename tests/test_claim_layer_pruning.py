@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from repro.artefacts import ArtefactError
 from repro import config
 from repro.bench.records import metric
 from repro.claims import layer_pruning as lp
@@ -61,11 +62,11 @@ def test_selection_rules():
 
 def test_missing_models_name_the_key(tmp_path):
     params = config.section(C, "tiny")
-    with pytest.raises(lp.LayerPruningError, match="layer_pruning.translation_model"):
+    with pytest.raises(ArtefactError, match="layer_pruning.translation_model"):
         lp.resolve_models(params, tmp_path / "layer_pruning")
-    with pytest.raises(lp.LayerPruningError, match="layer_pruning.fairseq_checkpoint"):
+    with pytest.raises(ArtefactError, match="layer_pruning.fairseq_checkpoint"):
         lp.resolve_models({**params, "fairseq_checkpoint": str(tmp_path / "nope.pt")}, tmp_path / "x")
-    with pytest.raises(lp.LayerPruningError, match="layer_pruning.lm_model"):
+    with pytest.raises(ArtefactError, match="layer_pruning.lm_model"):
         lp.resolve_models({**params, "stacks": ["lm"]}, tmp_path / "layer_pruning")
 
 
@@ -226,7 +227,7 @@ def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
     torch.set_num_threads(1)
     ck, data_bin = write_fixture(tmp_path)  # 3+2 layers, shared 30-symbol dictionary, train/valid/test de-en
     params = config.section(C, "paper")
-    with pytest.raises(lp.LayerPruningError, match="layer_pruning.data_path"):
+    with pytest.raises(ArtefactError, match="layer_pruning.data_path"):
         lp.resolve_models({**params, "fairseq_checkpoint": str(ck)}, tmp_path / "layer_pruning")
     params.update(device="cpu", fairseq_checkpoint=str(ck), data_path=str(data_bin), stacks=["encoder", "decoder"],
                   random_seeds=[0])

@@ -1,6 +1,7 @@
 """The Snakemake workflow: lint, dry run at the default scale, bad input, and a tiny end-to-end run."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,20 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 
 def smk(*args, cwd=ROOT, timeout=600):
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def planned_jobs(text: str) -> list[str]:
+    """The jobs Snakemake printed (dry run or run): rule names, with a job of the one claim rule named by its claim
+    id (``rule claim:`` ... ``wildcards: claim=<id>``)."""
+    jobs = []
+    for line in text.splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):", line)
+        if m:
+            jobs.append(m.group(1))
+        w = re.match(r"^\s+wildcards: .*\bclaim=(\w+)", line)
+        if w and jobs and jobs[-1] == "claim":
+            jobs[-1] = w.group(1)
+    return jobs
 
 
 def test_lint_clean():
@@ -35,7 +50,7 @@ def test_narrowed_run_skips_the_translation_benchmark(tmp_path):
     r = smk("reproduce_all", "-n", "--directory", str(tmp_path), "--cores", "2", "--config", "scale=paper",
             "claims=[prepost_gradients, rank_collapse]")
     assert r.returncode == 0, r.stdout + r.stderr
-    rules = {l.split()[1].rstrip(":") for l in r.stdout.splitlines() if l.startswith("rule ")}
+    rules = set(planned_jobs(r.stdout))
     assert {"prepost_gradients", "rank_collapse", "index"} <= rules and not {"translation_train", "lm_train"} & rules
     r = smk("reproduce_all", "-n", "--directory", str(tmp_path), "--cores", "2", "--config", "claims=[head_pruning]")
     assert r.returncode == 0 and "translation_evaluate" in r.stdout, r.stdout + r.stderr
@@ -81,7 +96,22 @@ def test_tiny_end_to_end(tmp_path):
     # rerun exactly one claim: only its experiment and page are redone
     before = (res / "block_numerics/verdict.json").stat().st_mtime_ns
     r = smk("claim_param_accounting", "--cores", "2", "--directory", str(tmp_path), "--config", *cfg,
-            "--forcerun", "param_accounting")
+            "--forcerun", "claim")  # forces the claim rule's jobs in this target's DAG: param_accounting's only
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "block_numerics" not in "".join(l for l in (r.stdout + r.stderr).splitlines(True) if l.startswith("rule "))
+    assert "param_accounting" in planned_jobs(r.stdout + r.stderr)
+    assert "block_numerics" not in planned_jobs(r.stdout + r.stderr)
     assert (res / "block_numerics/verdict.json").stat().st_mtime_ns == before
+
+
+def test_hardware_id_is_decided_once_and_passed_to_every_job(tmp_path):
+    """Issue 14: `hardware=gpu_h200.node` filed results under results/gpu_h200.node/ while the files inside said
+    gpu-h200-node. An id that is not a slug is refused naming the key and the id to use; a valid one reaches every
+    claim job on its command line (--hardware), so folder and files agree."""
+    r = smk("claim_param_accounting", "-n", "--directory", str(tmp_path), "--cores", "1", "--config",
+            "hardware=gpu_h200.node")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "hardware: 'gpu_h200.node'" in out and "'gpu-h200-node'" in out, out
+    r = smk("claim_param_accounting", "-n", "-p", "--directory", str(tmp_path), "--cores", "1", "--config",
+            "hardware=gpu-h200-node")
+    assert r.returncode == 0, r.stderr
+    assert "--hardware gpu-h200-node" in r.stdout and "results/gpu-h200-node/default/param_accounting" in r.stdout

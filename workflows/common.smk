@@ -1,5 +1,7 @@
-# Shared rules: a claim's report page and the index. Each workflows/<claim>.smk adds the rule that runs its
-# experiment; paths and parameters come from W (repro.workflow.Run, built from the validated config).
+# The rules every claim shares: the one rule that runs a claim's experiment, its report page, the index and the
+# matrix. Paths, parameters, inputs, threads and resources come from W (repro.workflow.Run, built from the validated
+# config): a claim is its module (repro/claims/<id>.py), its config (config/claims/<id>.yaml, whose `workflow`
+# section gives threads, resources and the shared artefacts it needs), its schema and its registry entry.
 
 
 localrules:
@@ -10,6 +12,41 @@ localrules:
 
 wildcard_constraints:
     claim="|".join(W.claims_with_workflow) or "none",
+
+
+rule claim:
+    """Run one claim's experiment and judge it: ``python -m repro.claims.<id>`` writes metrics.csv, verdict.json,
+    config.json and fingerprint.json into results/<hardware>/<scale>/<id>/. The shared artefacts the claim needs
+    (config/claims/<id>.yaml: workflow.needs) are its inputs and reach it on the command line (--input)."""
+    input:
+        unpack(lambda wildcards: W.claim_inputs(wildcards.claim)),
+    output:
+        metrics=f"{W.res}/{{claim}}/metrics.csv",
+        verdict=f"{W.res}/{{claim}}/verdict.json",
+    params:
+        cfg=lambda wildcards: W.params(wildcards.claim),
+        inputs=lambda wildcards, input: W.input_args(wildcards.claim, input),
+    log:
+        f"{W.logs}/{{claim}}.log",
+    conda:
+        "../environment.yml"
+    threads: lambda wildcards: W.spec(wildcards.claim)["threads"]
+    resources:
+        runtime=lambda wildcards: W.spec(wildcards.claim)["resources"]["runtime"],
+        mem_mb=lambda wildcards: W.spec(wildcards.claim)["resources"]["mem_mb"],
+        gpu=lambda wildcards: W.spec(wildcards.claim)["resources"]["gpu"],
+    shell:
+        W.shell()
+
+
+# `snakemake claim_<id>`: one claim and its page
+for _claim in W.claims_with_workflow:
+
+    rule:
+        name:
+            f"claim_{_claim}"
+        input:
+            f"{W.rep}/{_claim}.md",
 
 
 rule claim_report:

@@ -1,14 +1,14 @@
-# Shared artefact "translation" (issue 4): tokenizer -> trained encoder-decoder (+ target-side LM) -> BLEU results.
-# Reused by head_pruning, warmup_stability and layer_pruning (input: TRANSLATION_MODEL / LM_MODEL below).
+# Shared artefacts (repro/artefacts.py): tokenizer -> trained encoder-decoder (+ target-side LM) -> BLEU results.
+# A claim that needs one names it in its config (workflow.needs) and the claim rule takes it as input.
 # Parameters: config/claims/translation.yaml; code: repro/train/ (prepare, train, evaluate).
 import json as _json
 
 _TR = _json.loads(W.params("translation"))
-TRANSLATION_DIR = f"{W.models}/translation"
-TRANSLATION_MODEL = f"{TRANSLATION_DIR}/checkpoint_last.pt"
-LM_DIR = f"{W.models}/lm"
-LM_MODEL = f"{LM_DIR}/checkpoint_last.pt"
-TRANSLATION_TOKENIZER = f"{TRANSLATION_DIR}/tokenizer.json"
+TRANSLATION_DIR = W.artefact_dir("translation_model")
+TRANSLATION_MODEL = W.artefact("translation_model")
+LM_DIR = W.artefact_dir("lm")
+LM_MODEL = W.artefact("lm")
+TRANSLATION_TOKENIZER = W.artefact("tokenizer")
 # sentencepiece files exist only when the tokenizer is trained here (not for a data-bin or an imported checkpoint)
 _SPM = ({"spm": f"{TRANSLATION_DIR}/spm.model", "spm_vocab": f"{TRANSLATION_DIR}/spm.vocab"}
         if _TR["corpus"]["format"] != "data_bin" and not _TR.get("fairseq_checkpoint") else {})

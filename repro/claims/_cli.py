@@ -108,7 +108,13 @@ def main(claim: str, run: Callable, argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="results folder for this claim")
     parser.add_argument("--params", help="JSON parameters, all of them (default: config/claims/<claim>.yaml at "
                                          "--scale; what the Snakefile passes)")
+    parser.add_argument("--input", action="append", default=[], metavar="PARAM=PATH",
+                        help="a shared artefact's path for parameter PARAM (what the workflow passes for the claim's "
+                             "workflow.needs, e.g. model_dir=results/<hw>/<scale>/_models/translation); repeatable")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads (>= 1)")
+    parser.add_argument("--hardware", default=None,
+                        help="the hardware id results are filed under (the workflow decides it once and passes it; "
+                             "default: derived from this machine)")
     parser.add_argument("--rejudge", action="store_true",
                         help="re-apply this commit's verdict rule (judge) to the measurements already in --out "
                              "(metrics.csv, config.json); nothing is measured again, and verdict.json records both "
@@ -131,8 +137,21 @@ def main(claim: str, run: Callable, argv=None) -> int:
             params = config.validate_params(claim, args.scale, params)
         else:
             params = config.section(claim, args.scale)
+        if args.input:
+            given = dict(item.split("=", 1) if "=" in item else (item, None) for item in args.input)
+            bad = [k for k, v in given.items() if not v]
+            if bad:
+                parser.error(f"--input {bad[0]}: expected PARAM=PATH")
+            params = config.validate_params(claim, args.scale, {**params, **given})
     except config.ConfigError as exc:
-        parser.error(f"--params: {exc}")
+        parser.error(f"--params/--input: {exc}")
+    if args.hardware:
+        import os
+
+        from repro.bench.fingerprint import slug
+        if slug(args.hardware) != args.hardware:
+            parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
+        os.environ["REPRO_HARDWARE_ID"] = args.hardware
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from repro import artefacts
 from repro.bench.records import check, gate, gated, metric, setup_table, verdict_from_checks
 from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
                                  head_importance, pruned_copy, pruning_levels, set_pruned)
@@ -45,13 +46,13 @@ class Setup:
 
     def __init__(self, params: dict, out: Path):
         from repro.train.decode import DecodeConfig
-        from repro.train.pipeline import load_data, load_trained
+        from repro.train.pipeline import load_data
 
         self.device = params["device"]
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ClaimParamError("head_pruning.device: cuda requested but no GPU is available")
         ckpt = resolve_model(params, out)
-        self.trained = t = load_trained(ckpt, device=self.device)
+        self.trained = t = artefacts.load_trained_model(ckpt, device=self.device)
         self.model, self.tok, self.bos_id = t.model, t.tokenizer, t.bos_id
         self.model.eval()
         corpus_cfg = params.get("corpus") or t.params.get("corpus")
@@ -111,32 +112,17 @@ def _subset(enc, idx):
 
 
 def resolve_model(params: dict, out: Path) -> Path:
-    """The checkpoint folder: an imported fairseq checkpoint (paper scale), ``model_dir``, or the shared
-    translation artefact beside this claim's results folder (``<results>/_models/translation``)."""
-    from repro.train.loop import CKPT_NAME
-
+    """The checkpoint folder: an imported fairseq checkpoint (paper scale), ``model_dir`` (the workflow passes the
+    shared translation artefact there), or that artefact beside this claim's results folder (repro.artefacts)."""
     if params.get("fairseq_checkpoint"):
-        from repro.train.fairseq_import import import_to_checkpoint
-
-        p = Path(params["fairseq_checkpoint"])
-        if not p.exists():
-            raise ClaimParamError(f"head_pruning.fairseq_checkpoint: {p} does not exist")
         if not params.get("corpus"):
             raise ClaimParamError("head_pruning.corpus: a fairseq checkpoint needs its data-bin corpus section")
-        dest = Path(out) / "_imported"
-        if not (dest / CKPT_NAME).exists():
-            log.info("importing fairseq checkpoint %s", p)
-            import_to_checkpoint({"fairseq_checkpoint": str(p), "corpus": params["corpus"],
-                                  "eval": params.get("decode") or {}}, dest)
-        return dest
+        return artefacts.import_fairseq(params["fairseq_checkpoint"], {"corpus": params["corpus"],
+                                        "eval": params.get("decode") or {}}, Path(out) / "_imported", CLAIM)
     if params.get("require_fairseq_checkpoint"):
         raise ClaimParamError("head_pruning.fairseq_checkpoint: not set; this scale reruns Michel et al.'s setting "
                               "and needs the fairseq WMT14 En-Fr Transformer-large checkpoint (model.pt)")
-    d = Path(params["model_dir"]) if params.get("model_dir") else Path(out).parent / "_models" / "translation"
-    if not (d / CKPT_NAME).exists() and not (d.is_file() and d.exists()):
-        raise ClaimParamError(f"head_pruning.model_dir: no trained model at {d} (build the shared artefact with "
-                              "snakemake's translation rules, or set model_dir)")
-    return d
+    return artefacts.trained_model_path(params, "model_dir", CLAIM, out, "translation_model")
 
 
 # ------------------------------------------------------------------------------------------------ experiments

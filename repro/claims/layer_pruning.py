@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from repro import artefacts
 from repro.bench.records import (atomic_write_json, atomic_write_text, check, gate, metric, setup_table,
                                  verdict_from_checks)
 
@@ -57,86 +58,51 @@ class LayerPruningError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------------------- models
-
-def _checkpoint_file(p: Path) -> Path:
-    return p / "checkpoint_last.pt" if p.is_dir() else p
-
-
 def resolve_models(params: dict, out: Path) -> dict:
-    """Paths of the trained models: ``{"encdec": Path | None, "lm": Path | None}``.
+    """Where the models come from: ``{"encdec": (kind, path) | None, "lm": (kind, path) | None}``, kind "trained",
+    "fairseq" or "hf" (repro.artefacts).
 
-    ``translation_model`` / ``lm_model`` name a model folder (or checkpoint); null means the shared artefacts
-    ``<results>/_models/translation`` and ``<results>/_models/lm`` beside this claim's results folder.  With
-    ``fairseq_checkpoint`` set, that checkpoint is imported (repro.train.fairseq_import) instead of the
-    translation artefact, with ``data_path`` as its fairseq data-bin.  Missing paths fail naming the key."""
+    ``translation_model`` / ``lm_model`` name a model folder (the workflow passes the shared artefacts there; null:
+    the artefacts beside this claim's results folder). With ``fairseq_checkpoint`` set, that checkpoint is imported
+    instead of the translation artefact, with ``data_path`` as its fairseq data-bin; ``hf_model`` (with
+    ``text_path``) replaces the LM. Missing paths fail naming the key (artefacts.ArtefactError)."""
     stacks = params["stacks"]
-    models_dir = Path(out).resolve().parent / "_models"
     paths: dict = {"encdec": None, "lm": None}
     if any(s in stacks for s in ("encoder", "decoder")):
         if params.get("fairseq_checkpoint"):
             ck = Path(params["fairseq_checkpoint"])
             if not ck.exists():
-                raise LayerPruningError(f"layer_pruning.fairseq_checkpoint: {ck} does not exist")
+                raise artefacts.ArtefactError(f"layer_pruning.fairseq_checkpoint: {ck} does not exist")
             if not params.get("data_path") or not Path(params["data_path"]).exists():
-                raise LayerPruningError(f"layer_pruning.data_path: {params.get('data_path')!r} is not an existing "
-                                        "fairseq data-bin directory (needed with fairseq_checkpoint)")
+                raise artefacts.ArtefactError(f"layer_pruning.data_path: {params.get('data_path')!r} is not an "
+                                              "existing fairseq data-bin directory (needed with fairseq_checkpoint)")
             paths["encdec"] = ("fairseq", ck)
         else:
-            p = Path(params["translation_model"]) if params.get("translation_model") else models_dir / "translation"
-            if not _checkpoint_file(p).exists():
-                raise LayerPruningError(
-                    f"layer_pruning.translation_model: no trained translation model at {p} (build the shared artefact "
-                    "with the translation rules, set translation_model, or set fairseq_checkpoint and data_path)")
-            paths["encdec"] = ("trained", p)
+            paths["encdec"] = ("trained", artefacts.trained_model_path(params, "translation_model", CLAIM, out,
+                                                                       "translation_model"))
     if params.get("hf_model"):
-        p = Path(params["hf_model"])
-        if not (p / "config.json").exists():
-            raise LayerPruningError(f"layer_pruning.hf_model: {p} is not a Hugging Face checkpoint folder "
-                                    "(no config.json)")
-        if not params.get("text_path") or not Path(params["text_path"]).is_file():
-            raise LayerPruningError(f"layer_pruning.text_path: {params.get('text_path')!r} is not an existing text "
-                                    "file (needed with hf_model: calibration, perplexity and healing text)")
         if "lm" not in stacks:
             raise LayerPruningError("layer_pruning.stacks: hf_model is pruned as the 'lm' stack; add lm to stacks")
-        paths["lm"] = ("hf", p)
+        paths["lm"] = ("hf", artefacts.hf_folder(params, CLAIM))
     elif "lm" in stacks:
-        p = Path(params["lm_model"]) if params.get("lm_model") else models_dir / "lm"
-        if not _checkpoint_file(p).exists():
-            raise LayerPruningError(f"layer_pruning.lm_model: no trained LM at {p} (build the shared artefact "
-                                    "with the translation rules, or set lm_model)")
-        paths["lm"] = ("trained", p)
+        paths["lm"] = ("trained", artefacts.trained_model_path(params, "lm_model", CLAIM, out, "lm"))
     return paths
 
 
 def load_model(entry, params: dict, scale: str, out: Path, device: str):
     """A ``repro.train.pipeline.Trained`` for one entry of :func:`resolve_models`, and its translation params."""
-    from repro import config
-    from repro.train.pipeline import load_trained
-
     kind, path = entry
     if kind == "hf":
-        from repro.model.hf_import import load_pretrained, load_tokenizer
-        from repro.train.pipeline import Trained
-
-        model, info = load_pretrained(path, device=device)
-        tok = load_tokenizer(path, info.hf_config)
-        meta = {"hf_model": str(path), "family": info.family, "architecture": info.architecture,
-                "params": info.params["total"], "checkpoint_params": info.checkpoint_params, "notes": info.notes}
-        return Trained(model, tok, tok.bos_id, "lm", {}, meta), {"hf_model": str(path)}
+        return artefacts.load_hf_model(path, device=device), {"hf_model": str(path)}
+    tparams = artefacts.translation_params(params, scale)
     if kind == "fairseq":
-        from repro.train.fairseq_import import import_to_checkpoint
-
-        tparams = copy.deepcopy(config.section("translation", scale))
-        tparams["fairseq_checkpoint"] = str(path)
+        tparams = copy.deepcopy(tparams)
         tparams["corpus"] = {**tparams["corpus"], "format": "data_bin", "path": str(params["data_path"])}
-        dest = Path(out) / "imported_model"
-        dest.mkdir(parents=True, exist_ok=True)
-        import_to_checkpoint(tparams, dest)
-        t = load_trained(dest, device=device)
+        t = artefacts.load_trained_model(artefacts.import_fairseq(path, tparams, Path(out) / "imported_model", CLAIM),
+                                         device=device)
         return t, {**tparams, **(t.params or {}), "corpus": tparams["corpus"]}
-    t = load_trained(path, device=device)
-    tparams = t.params or config.section("translation", scale)
-    return t, tparams
+    t = artefacts.load_trained_model(path, device=device)
+    return t, (t.params or tparams)
 
 
 def stack_of(model, stack: str):

@@ -59,6 +59,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from repro import artefacts
 from repro.bench import records
 from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
                                   verdict_from_checks)
@@ -169,15 +170,6 @@ def unigram_entropy(encoded, vocab_size: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------ data/setup
-def _translation_params(params: dict, scale: str) -> dict:
-    t = params.get("translation")
-    if t:
-        return t
-    from repro import config
-
-    return config.section("translation", scale)
-
-
 def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
     """The translation artefact's tokenizer: ``tokenizer_path`` (set by the workflow to the translation_tokenizer
     rule's ``tokenizer.json``, or a .model / dict.<lang>.txt).  When unset (a hand run or a test) one is made the
@@ -193,12 +185,8 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
     if own and tparams["corpus"]["format"] == "data_bin":
         raise ValueError("warmup_stability.vocab_size: a data-bin corpus comes with its dictionary; set it to null")
     if path and not own:
-        from repro.train.prepare import resolve_tokenizer
-
-        if not Path(path).exists():
-            raise FileNotFoundError(f"warmup_stability.tokenizer_path: {path} does not exist")
-        real = resolve_tokenizer(path)
-        return load_tokenizer(real, bpe), str(real)
+        real = artefacts.tokenizer_file(path, "warmup_stability")
+        return load_tokenizer(real, bpe), real
     if tparams["corpus"]["format"] == "data_bin":
         tgt = tparams["corpus"]["direction"].split("-")[1]
         p = Path(tparams["corpus"]["path"]) / f"dict.{tgt}.txt"
@@ -571,7 +559,7 @@ def prepare(params: dict, scale: str, out: Path) -> dict:
     """Corpus, tokenizer, encoded splits, the test subset and the data rows' values (what every run shares)."""
     from repro.train.pipeline import encode_splits, load_data
 
-    tparams = _translation_params(params, scale)
+    tparams = artefacts.translation_params(params, scale)
     corpus = load_data(tparams)  # fails first, naming translation.corpus.path, when the data path is missing
     if params["device"] == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("warmup_stability.device: cuda requested but no GPU is available")

@@ -220,6 +220,14 @@ def claim_ids() -> list[str]:
     return sorted(claims, key=lambda cid: int(_CODE_RE.match(claims[cid]["code"]).group(1)))
 
 
+def implemented_claims(root: str | Path | None = None) -> list[str]:
+    """Registered claims that have a module (repro/claims/<id>.py) and a config (config/claims/<id>.yaml): the one
+    claim rule of the workflow runs them; the others are listed as not_implemented in the index."""
+    root = Path(root) if root else Path(__file__).resolve().parents[2]
+    return [c for c in claim_ids() if (root / "repro" / "claims" / f"{c}.py").is_file()
+            and (root / "config" / "claims" / f"{c}.yaml").is_file()]
+
+
 def claim(claim_id: str) -> dict:
     """One claim's record (code, title, statement, sources, values); KeyError lists valid ids."""
     claims = _data()["claims"]

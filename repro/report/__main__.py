@@ -47,14 +47,13 @@ def rebuild(results_root: str, reports_root: str) -> None:
     from pathlib import Path
 
     from repro import registry
-    from repro.config import ROOT
 
     from .compare import write_compare
     from .matrix import read_cells, write
 
     cells = read_cells(results_root)
     for c in cells:
-        if c.claim in registry.claim_ids() and (ROOT / "workflows" / f"{c.claim}.smk").exists():
+        if c.claim in registry.claim_ids() and c.claim in registry.implemented_claims():
             page = Path(reports_root) / c.hardware / c.scale / f"{c.claim}.md"
             print(f"{c.hardware}/{c.scale}/{c.claim}", flush=True)
             claim_page(c.claim, c.path.parent, page, page.with_suffix(""))

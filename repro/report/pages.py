@@ -252,8 +252,7 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
 
 def index_page(results_root: str | Path, reports_root: str | Path, hardware: str, scale: str, out: str | Path) -> Path:
     """Every registered claim with its verdict on this hardware and scale; a claim without results shows
-    ``not run`` when it has a workflow (workflows/<id>.smk) and ``not_implemented`` when it has none."""
-    from repro.config import ROOT
+    ``not run`` when it is implemented (registry.implemented_claims) and ``not_implemented`` when it has none."""
 
     res = Path(results_root) / hardware / scale
     rows = []
@@ -266,7 +265,7 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
             reason = v["reason"].replace("|", "/").replace("\n", " ")
             rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
                          "verdict": f"**{v['verdict']}**", "reason": shorten(reason), when: v.get("timestamp", "")})
-        elif (ROOT / "workflows" / f"{claim}.smk").exists():
+        elif claim in registry.implemented_claims():
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not run",
                          "reason": f"no results for this hardware and scale yet: snakemake claim_{claim} "
                                    f"--config scale={scale}", when: ""})
