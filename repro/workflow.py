@@ -119,17 +119,32 @@ class Run:
     def pages(self) -> list[str]:
         return [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]
 
+    def bench(self, job: str) -> str:
+        """Snakemake's benchmark file of a job (wall s, CPU s, max RSS), filed beside this hardware and scale's
+        results: results/<hw>/<scale>/_benchmarks/<job>.tsv (repro/report/runtime.py tabulates them)."""
+        return f"{self.res}/_benchmarks/{job}.tsv"
+
     def compare_dir(self) -> str:
         """reports/compare/<scale>: every hardware under results/ beside the paper (workflows/compare_hardware.smk)."""
         return f"{self.cfg['reports_dir']}/compare/{self.scale}"
 
+    def uses_translation(self) -> bool:
+        """Whether this run builds the shared translation artefact's BLEU benchmark: with the whole suite or a claim
+        built on the translation task, not when the run is narrowed to other claims (at paper scale it needs the
+        data-bin / checkpoint paths)."""
+        if not (self.basedir / "workflows" / "translation.smk").exists():
+            return False
+        return set(self.cfg["claims"]) == set(registry.claim_ids()) or any(
+            self.spec(c)["needs"] or self.spec(c)["sections"] for c in self.cfg["claims"] if c in self.claims_with_workflow)
+
+    def index_inputs(self) -> list[str]:
+        """The index's inputs: the pages, and the translation benchmark when the run builds it (so the index's
+        "Time per rule" table comes after every job of the run)."""
+        return self.pages() + ([self.outputs("translation")["verdict"]] if self.uses_translation() else [])
+
     def targets(self) -> list[str]:
         extra = [self.compare_dir()] if (self.basedir / "workflows" / "compare_hardware.smk").exists() else []
-        # the shared model's BLEU benchmark (issue 4): with the whole suite or a claim built on the translation task,
-        # not when the run is narrowed to other claims (at paper scale it needs the data-bin / checkpoint paths)
-        uses_translation = set(self.cfg["claims"]) == set(registry.claim_ids()) or any(
-            self.spec(c)["needs"] or self.spec(c)["sections"] for c in self.cfg["claims"] if c in self.claims_with_workflow)
-        if (self.basedir / "workflows" / "translation.smk").exists() and uses_translation:
+        if self.uses_translation():
             extra.append(self.outputs("translation")["verdict"])
         return self.pages() + [f"{self.rep}/index.md", self.matrix()] + extra
 

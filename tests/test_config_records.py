@@ -151,3 +151,19 @@ def test_rejudge_applies_the_current_rule_to_stored_measurements(tmp_path):
     wrong = subprocess.run([sys.executable, "-m", "repro.claims.prepost_gradients", "--scale", "default", "--out",
                             str(out), "--rejudge"], cwd=ROOT, capture_output=True, text=True)
     assert wrong.returncode != 0 and "param_accounting" in wrong.stderr
+
+
+def test_openmp_threads_sleep_instead_of_spinning():
+    """Issue 18: importing the suite sets OMP_WAIT_POLICY=PASSIVE before torch loads libgomp (spin-waiting threads
+    made 2-thread jobs on tiny tensors 15x slower when another job shared the 2 cores); a user's setting wins."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, repro.claims.block_numerics, torch; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "PASSIVE"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**env, "OMP_WAIT_POLICY": "ACTIVE"}).stdout
+    assert out.strip() == "ACTIVE"

@@ -79,6 +79,18 @@ def test_tiny_end_to_end(tmp_path):
     for claim in registry.claim_ids():
         assert claim in index  # every registered claim is listed, built or not
     res = tmp_path / "results/test-hw/tiny"
+    # issue 18: every job of the run wrote Snakemake's benchmark file beside the results, and the index tabulates
+    # them (the index itself, the matrix and the comparison run after it and have theirs too)
+    from repro.report.runtime import read_benchmarks
+    jobs = [j for j in planned_jobs(r.stdout + r.stderr) if j != "reproduce_all"]
+    bench = read_benchmarks(tmp_path / "results", "test-hw", "tiny")
+    names = set(bench["job"])
+    assert set(registry.implemented_claims()) <= names and {"translation_train", "lm_train", "index", "matrix",
+                                                            "compare_hardware"} <= names, sorted(names)
+    assert len(names) == len(jobs), (sorted(names), jobs)  # one file per job, nothing missing or left over
+    assert (bench["wall_s"] > 0).all() and (bench["max_rss_mb"] > 0).all()
+    assert "## Time per rule" in index and "| translation_train |" in index
+    assert "Run time per machine" in (tmp_path / "reports/compare/tiny/index.md").read_text()
     for claim in ("param_accounting", "block_numerics"):
         verdict = json.loads((res / claim / "verdict.json").read_text())
         assert verdict["verdict"] == "not_applicable"  # tiny never claims a verdict

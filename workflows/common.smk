@@ -28,6 +28,8 @@ rule claim:
         inputs=lambda wildcards, input: W.input_args(wildcards.claim, input),
     log:
         f"{W.logs}/{{claim}}.log",
+    benchmark:
+        W.bench("{claim}")
     conda:
         "../environment.yml"
     threads: lambda wildcards: W.spec(wildcards.claim)["threads"]
@@ -61,6 +63,8 @@ rule claim_report:
         figures=directory(f"{W.rep}/{{claim}}"),
     log:
         f"{W.logs}/{{claim}}.report.log",
+    benchmark:
+        W.bench("{claim}.report")
     conda:
         "../environment.yml"
     resources:
@@ -74,11 +78,13 @@ rule claim_report:
 rule index:
     """Every registered claim with its verdict on this hardware and scale; unbuilt claims show not_implemented."""
     input:
-        W.pages(),
+        W.index_inputs(),
     output:
         f"{W.rep}/index.md",
     log:
         f"{W.logs}/index.log",
+    benchmark:
+        W.bench("index")
     conda:
         "../environment.yml"
     shell:
@@ -96,6 +102,8 @@ rule matrix:
         W.matrix(),
     log:
         f"{W.logs}/matrix.log",
+    benchmark:
+        W.bench("matrix")
     conda:
         "../environment.yml"
     resources:

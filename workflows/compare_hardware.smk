@@ -23,6 +23,8 @@ rule compare_hardware_tables:
         directory(COMPARE_DIR),
     log:
         f"{W.logs}/compare_hardware.log",
+    benchmark:
+        W.bench("compare_hardware")
     conda:
         "../environment.yml"
     threads: 1

@@ -27,6 +27,8 @@ rule translation_tokenizer:
         cfg=W.params("translation"),
     log:
         f"{W.logs}/translation_tokenizer.log",
+    benchmark:
+        W.bench("translation_tokenizer")
     conda:
         "../environment.yml"
     threads: 1
@@ -49,6 +51,8 @@ rule translation_train:
         cfg=W.params("translation"),
     log:
         f"{W.logs}/translation_train.log",
+    benchmark:
+        W.bench("translation_train")
     conda:
         "../environment.yml"
     threads: _TR["threads"]
@@ -71,6 +75,8 @@ rule lm_train:
         cfg=W.params("translation"),
     log:
         f"{W.logs}/lm_train.log",
+    benchmark:
+        W.bench("lm_train")
     conda:
         "../environment.yml"
     threads: _TR["threads"]
@@ -93,6 +99,8 @@ rule translation_evaluate:
         cfg=W.params("translation"),
     log:
         f"{W.logs}/translation_evaluate.log",
+    benchmark:
+        W.bench("translation_evaluate")
     conda:
         "../environment.yml"
     threads: _TR["threads"]

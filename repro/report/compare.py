@@ -32,6 +32,7 @@ import pandas as pd
 
 from repro import registry
 from repro.bench.records import atomic_write_text, read_metrics
+from repro.report import runtime
 
 log = logging.getLogger("repro.compare")
 
@@ -492,6 +493,7 @@ def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, ref
              _md(pd.DataFrame(hw_rows)), "", "## Claims with timing or memory metrics", "",
              _md(pd.DataFrame(index_rows)) if index_rows else
              "No claim has timing or memory metrics at this scale yet.", ""]
+    index += runtime.compare_md(results_root, scale)  # where each machine's run time goes (benchmark files)
     atomic_write_text(out / "index.md", "\n".join(index))
     written.append(out / "index.md")
     log.info("compare: %d machines, %d claims -> %s", len(results.hardware), len(selected), out)

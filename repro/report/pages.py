@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro import registry
+from repro.report import runtime
 from repro.bench.records import atomic_write_text, read_json, read_metrics, read_verdict
 
 log = logging.getLogger("repro.report")
@@ -281,5 +282,6 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
              f"Every machine and scale side by side: [the verdict matrix]({matrix}). A reason cut short "
              "ends in (...); the claim's page has it in full.", "",
              "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame), ""]
+    lines += runtime.time_per_rule_md(results_root, hardware, scale)  # where the run's time went (issue 18)
     atomic_write_text(out, "\n".join(lines))
     return out

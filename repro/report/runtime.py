@@ -1,0 +1,101 @@
+"""Where the time of a run goes (issue 18): the per-job files of Snakemake's ``benchmark:`` directive.
+
+Every rule of the workflow writes ``results/<hardware>/<scale>/_benchmarks/<job>.tsv`` (Snakemake's columns:
+``s`` wall seconds, ``cpu_time`` CPU seconds, ``max_rss`` MB, ``mean_load`` percent of one core, ...). This module
+reads them into one table per hardware and scale: the index page shows it ("Time per rule"), and the hardware
+comparison puts every machine's totals side by side.
+
+Totals: ``sum of jobs`` adds the jobs' wall times (what one core would take running them one after the other);
+``elapsed`` runs from the first job's start (its file's time minus its wall time) to the last job's end, i.e. the
+wall time of the run when the files come from one run (jobs that ran side by side overlap there).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+BENCH_DIR = "_benchmarks"
+
+
+def read_benchmarks(results_root: str | Path, hardware: str, scale: str) -> pd.DataFrame:
+    """One row per job: job, wall_s, cpu_s, max_rss_mb, mean_load, end (file time, s since the epoch). Empty when
+    the folder holds none."""
+    folder = Path(results_root) / hardware / scale / BENCH_DIR
+    rows = []
+    for f in sorted(folder.glob("*.tsv")) if folder.is_dir() else []:
+        try:
+            t = pd.read_csv(f, sep="\t")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+            continue  # a damaged benchmark file is not worth stopping a report for; the job shows as missing
+        if t.empty or "s" not in t:
+            continue
+        last = t.iloc[-1]  # one row per run of the job (``repeat`` gives several; the last is the newest)
+
+        def num(col):
+            v = pd.to_numeric(last.get(col), errors="coerce")
+            return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+        rows.append({"job": f.stem, "wall_s": num("s"), "cpu_s": num("cpu_time"), "max_rss_mb": num("max_rss"),
+                     "mean_load": num("mean_load"), "end": f.stat().st_mtime})
+    return pd.DataFrame(rows, columns=["job", "wall_s", "cpu_s", "max_rss_mb", "mean_load", "end"])
+
+
+def totals(frame: pd.DataFrame) -> dict:
+    """``{"jobs", "sum_wall_s", "sum_cpu_s", "elapsed_s"}`` of a :func:`read_benchmarks` frame."""
+    if frame.empty:
+        return {"jobs": 0, "sum_wall_s": 0.0, "sum_cpu_s": 0.0, "elapsed_s": 0.0}
+    start = (frame["end"] - frame["wall_s"].fillna(0)).min()
+    return {"jobs": int(len(frame)), "sum_wall_s": float(frame["wall_s"].sum()),
+            "sum_cpu_s": float(frame["cpu_s"].fillna(0).sum()), "elapsed_s": float(frame["end"].max() - start)}
+
+
+def _fmt_s(s) -> str:
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "-"
+    return f"{s:,.1f} s" if s < 120 else f"{s / 60:,.1f} min"
+
+
+def time_per_rule_md(results_root: str | Path, hardware: str, scale: str) -> list[str]:
+    """Markdown lines: the "Time per rule" section of the index (slowest job first), or a line saying there are
+    no benchmark files yet."""
+    frame = read_benchmarks(results_root, hardware, scale)
+    head = ["## Time per rule", ""]
+    if frame.empty:
+        return head + [f"No benchmark files under results/{hardware}/{scale}/{BENCH_DIR}/ yet (every rule writes "
+                       "one when it runs).", ""]
+    tot = totals(frame)
+    frame = frame.sort_values("wall_s", ascending=False)
+    lines = head + [f"From Snakemake's `benchmark:` files (results/{hardware}/{scale}/{BENCH_DIR}/). {tot['jobs']} "
+                    f"jobs; sum of their wall times **{_fmt_s(tot['sum_wall_s'])}**, CPU time "
+                    f"{_fmt_s(tot['sum_cpu_s'])}; first start to last end {_fmt_s(tot['elapsed_s'])} (the run's wall "
+                    "time when the files come from one run; jobs run side by side overlap).", "",
+                    "| job | wall | CPU | CPU / wall | max RSS |", "|---|---:|---:|---:|---:|"]
+    for r in frame.itertuples():
+        ratio = (f"{r.cpu_s / r.wall_s:.2f}" if r.cpu_s is not None and not math.isnan(r.cpu_s) and r.wall_s
+                 else "-")
+        rss = "-" if r.max_rss_mb is None or math.isnan(r.max_rss_mb) else f"{r.max_rss_mb:,.0f} MB"
+        lines.append(f"| {r.job} | {_fmt_s(r.wall_s)} | {_fmt_s(r.cpu_s)} | {ratio} | {rss} |")
+    return lines + [""]
+
+
+def compare_md(results_root: str | Path, scale: str) -> list[str]:
+    """Markdown lines for the hardware comparison: every machine's run time at this scale (totals and the slowest
+    jobs), one row per hardware that has benchmark files."""
+    root = Path(results_root)
+    rows = []
+    for hw_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        frame = read_benchmarks(root, hw_dir.name, scale)
+        if frame.empty:
+            continue
+        tot = totals(frame)
+        slow = frame.sort_values("wall_s", ascending=False).head(3)
+        rows.append(f"| {hw_dir.name} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | {_fmt_s(tot['elapsed_s'])} | "
+                    + ", ".join(f"{r.job} {_fmt_s(r.wall_s)}" for r in slow.itertuples()) + " |")
+    if not rows:
+        return []
+    return ["## Run time per machine", "",
+            f"From each machine's Snakemake benchmark files (results/<hardware>/{scale}/{BENCH_DIR}/).", "",
+            "| hardware | jobs | sum of job wall times | first start to last end | slowest jobs |",
+            "|---|---:|---:|---:|---|", *rows, ""]
