@@ -347,10 +347,11 @@ def _text_data(t, params: dict) -> dict:
     the next ``eval.valid_sentences`` for perplexity, the rest for healing; each line is ``[bos] + tokens`` predicting
     ``tokens + [eos]``, at most ``text_max_len`` tokens."""
     from repro.data.batching import EncodedCorpus
+    from repro.data.text import read_lines
     from repro.train.pipeline import valid_batches
 
     path = Path(params["text_path"])
-    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    lines = read_lines(path)
     ev, cal = params["eval"], params["calibration"]
     n_cal, n_val = cal["sentences"], ev["valid_sentences"]
     if len(lines) < n_cal + n_val + 1:

@@ -2,9 +2,20 @@
 ICLR 2023, arXiv 2210.17323) on the suite's trained models.
 
 The models: the shared target-side LM (``<results>/_models/lm``, scored by validation perplexity) and, when
-``models`` lists it, the shared translation model (``_models/translation``, validation perplexity and test BLEU);
-at paper scale a Hugging Face folder (``hf_model``, imported by repro.model.hf_import) scored on ``text_path``.
+``models`` lists it, the shared translation model (``_models/translation``, validation perplexity and test BLEU).
 Every linear layer of every block is quantized (repro.quant); embeddings and the output projection stay fp32.
+
+Paper path (``hf_model``: a Hugging Face folder of the Llama/Mistral, OPT or GPT-2 families, loaded by
+repro.model.hf_import.load_pretrained; ``text_path``: a text file the user gives, WikiText-2 / C4 style), as the
+papers evaluate (GPTQ's ``datautils``/``opt_eval``, LLM.int8() Table 1): the file is tokenized as one stream with the
+folder's tokenizer (``tokenizer.model`` with sentencepiece, or ``tokenizer.json`` with the ``tokenizers`` library;
+repro.data.text); perplexity is the mean NLL over windows of the model's context (``eval.seq_len``; disjoint windows
+as GPTQ's, or a sliding context with ``eval.stride``); GPTQ is calibrated per seed on ``calibration.sentences``
+random segments of ``calibration.seq_len`` tokens (GPTQ: 128 x 2048 tokens of C4) from ``calibration_path`` or, when
+that is null, from the held-out end of text_path (``calibration.text_share``). Every method above runs on the q/k/v/o
+projections and the MLP of every decoder layer; the token embeddings and lm_head stay fp32 as in both papers. The
+gate: the fp32 model's perplexity must be below ``checks.lm_gate_ratio`` x exp(entropy) of the scored tokens' own
+unigram distribution (the best a model without context can do on that text), else the verdict is inconclusive.
 
 Methods (``int8.modes``, ``rtn``, ``gptq`` in the config):
 
@@ -92,20 +103,16 @@ def resolve_models(params: dict, out: Path) -> dict:
     models_dir = Path(out).resolve().parent / "_models"
     paths = {}
     if params.get("hf_model"):
-        try:
-            import repro.model.hf_import  # noqa: F401
-        except ImportError:
-            raise QuantizationError(
-                "quantization.hf_model: the Hugging Face importer (repro.model.hf_import.load_pretrained, the "
-                "pretrained-checkpoint issue) is not in this tree yet; paper scale cannot load published models "
-                "without it") from None
         p = Path(params["hf_model"])
         if not (p / "config.json").is_file():
             raise QuantizationError(f"quantization.hf_model: {p} is not a Hugging Face folder (no config.json)")
         if not params.get("text_path") or not Path(params["text_path"]).is_file():
             raise QuantizationError(f"quantization.text_path: {params.get('text_path')!r} is not an existing text "
-                                    "file (calibration and perplexity text for hf_model)")
-        return {"hf": p}
+                                    "file (perplexity text for hf_model)")
+        if params.get("calibration_path") and not Path(params["calibration_path"]).is_file():
+            raise QuantizationError(f"quantization.calibration_path: {params['calibration_path']!r} is not an "
+                                    "existing text file (null: calibrate on a held-out share of text_path)")
+        return {p.name: p}
     for name in params["models"]:
         if name not in MODELS:
             raise QuantizationError(f"quantization.models: unknown model {name!r} (valid: {', '.join(MODELS)})")
@@ -156,6 +163,78 @@ def load_data(t, name: str, params: dict) -> dict:
         data["test_corpus"], data["test_ref"] = tc, [b for _, b in pairs]
         data["copy_bleu"] = corpus_bleu([a for a, _ in pairs], data["test_ref"]).score
     return data
+
+
+def load_hf(folder: Path, device):
+    """A decoder-only Hugging Face folder (Llama/Mistral, OPT, GPT-2) as the suite's model, its tokenizer, and the
+    import record (repro.model.hf_import)."""
+    from repro.model.hf_import import HFImportError, load_pretrained, load_tokenizer
+
+    try:
+        model, info = load_pretrained(folder, device=device)
+        tok = load_tokenizer(folder, info.hf_config)
+    except HFImportError as exc:
+        raise QuantizationError(f"quantization.hf_model: {exc}") from None
+    if info.kind != "decoder_lm":
+        raise QuantizationError(f"quantization.hf_model: {folder} is a {info.family} encoder; perplexity needs a "
+                                "decoder-only language model (Llama/Mistral, OPT, GPT-2)")
+    return model.eval(), tok, info
+
+
+def text_data(tok, params: dict, context: int) -> dict:
+    """The paper path's text (``hf_model``): ``text_path`` tokenized as one stream with the folder's tokenizer
+    (repro.data.text.token_stream), perplexity windows of ``eval.seq_len`` tokens (null: the model's context)
+    every ``eval.stride`` tokens (null: disjoint windows, GPTQ's evaluation) over the first ``eval.windows``;
+    per calibration seed ``calibration.sentences`` random segments of ``calibration.seq_len`` tokens (GPTQ: 128
+    x 2048 from C4) from ``calibration_path`` or, when it is null, from the last ``calibration.text_share`` of
+    text_path's tokens, which are then not scored. The gate's baseline is the perplexity of the scored tokens'
+    own unigram distribution, exp(entropy): the best any model without context can do on this text."""
+    from repro.data.text import lm_batch, random_segments, stride_windows, token_stream
+
+    ev, cal = params["eval"], params["calibration"]
+    ids = token_stream(tok, params["text_path"])
+    if params.get("calibration_path"):
+        cal_ids, eval_ids, cal_src = token_stream(tok, params["calibration_path"]), ids, "calibration_path"
+    else:
+        cut = int(round(len(ids) * (1 - cal["text_share"])))
+        eval_ids, cal_ids, cal_src = ids[:cut], ids[cut:], f"the last {cal['text_share']:.0%} of text_path"
+    seq = min(ev["seq_len"] or context, context)
+    cal_len = min(cal["seq_len"] or context, context)
+    if len(cal_ids) < cal_len + 1:
+        raise QuantizationError(f"quantization.calibration.seq_len: {cal_src} has {len(cal_ids)} tokens, fewer "
+                                f"than one calibration segment of {cal_len} (shorten calibration.seq_len, raise "
+                                "calibration.text_share or give calibration_path)")
+    wins = stride_windows(len(eval_ids), seq, ev["stride"] or seq)[: ev["windows"] or None]
+    if not wins or len(eval_ids) < 2:
+        raise QuantizationError(f"quantization.text_path: {params['text_path']} leaves {len(eval_ids)} tokens to "
+                                "score (too short for one perplexity window)")
+    scored = np.concatenate([eval_ids[f:e] for _, e, f in wins])
+    p = np.bincount(scored) / len(scored)
+    p = p[p > 0]
+    calib = {s: [lm_batch(x) for x in random_segments(cal_ids, cal["sentences"], cal_len + 1, s)]
+             for s in cal["seeds"]}
+    return {"ids": eval_ids, "windows": wins, "calib": calib, "unigram_ppl": float(np.exp(-(p * np.log(p)).sum())),
+            "unigram_about": {"basis": "exp(entropy) of the scored tokens' unigram distribution"},
+            "text": {"scored_tokens": int(len(scored)), "text_path": str(params["text_path"]),
+                     "stream_tokens": int(len(ids)), "windows": len(wins), "seq_len": seq,
+                     "stride": ev["stride"] or seq, "calibration": cal_src, "calibration_seq_len": cal_len,
+                     "calibration_tokens": int(len(cal_ids))}}
+
+
+@torch.no_grad()
+def window_ppl(model, data: dict, device) -> dict:
+    """Perplexity of ``model`` over the windows of :func:`text_data`: each window runs alone and scores its targets
+    from its first new one (repro.data.text.stride_windows)."""
+    from repro.data.text import lm_batch
+
+    nll, n = 0.0, 0
+    for begin, end, first in data["windows"]:
+        b = lm_batch(data["ids"][begin:end]).to(device)
+        logits = model(b.tgt_in)
+        k = first - begin - 1
+        nll += float(torch.nn.functional.cross_entropy(logits[0, k:].float(), b.tgt_out[0, k:], reduction="sum"))
+        n += end - first
+    return {"valid_nll": nll / n, "valid_ppl": math.exp(min(nll / n, 50)), "valid_tokens": n}
 
 
 def unigram_ppl(train, valid, vocab: int) -> float:
@@ -309,19 +388,23 @@ def _load(paths: dict, name: str, device):
     return t
 
 
-def run_model(t, name: str, params: dict, device) -> tuple[list[dict], dict]:
+def run_model(base, name: str, params: dict, device, data: dict, score, about: dict | None = None
+              ) -> tuple[list[dict], dict]:
+    """Every method of :func:`methods` on ``base`` (restored after each), scored by ``score(model)`` (a dict with
+    valid_ppl, valid_nll, valid_tokens and, for translation, bleu); ``data`` holds the calibration batches per seed,
+    the unigram baseline and (translation) the copy baseline."""
     rows, extra = [], {}
     t0 = time.perf_counter()
-    data = load_data(t, name, params)
-    n_params = sum(p.numel() for p in t.model.parameters())
-    rows.append(metric(CLAIM, "model_parameters", n_params, "params", model=name))
-    rows.append(metric(CLAIM, "unigram_ppl", data["unigram_ppl"], "perplexity", model=name))
+    n_params = sum(p.numel() for p in base.parameters())
+    rows.append(metric(CLAIM, "model_parameters", n_params, "params", model=name, **(about or {})))
+    rows.append(metric(CLAIM, "unigram_ppl", data["unigram_ppl"], "perplexity", model=name,
+                       **data.get("unigram_about", {})))
     if "copy_bleu" in data:
         rows.append(metric(CLAIM, "copy_bleu", data["copy_bleu"], "BLEU", model=name,
                            n=params["eval"]["test_sentences"]))
     seed0 = params["calibration"]["seeds"][0]
     thr = params["int8"]["threshold"]
-    st = outlier_stats(t.model, data["calib"][seed0], thr, device)
+    st = outlier_stats(base, data["calib"][seed0], thr, device)
     em = emergence(st, params["outliers"]["layers_min_pct"], params["outliers"]["seq_min_pct"])
     extra["outliers"] = em
     for i, s in st.items():
@@ -340,53 +423,66 @@ def run_model(t, name: str, params: dict, device) -> tuple[list[dict], dict]:
     def calibrate_with(seed):
         return lambda model: [model_forward(model, b.to(device)) for b in data["calib"][seed]]
 
-    fp_bytes = Q.stored_weight_bytes(t.model)
+    fp_bytes = Q.stored_weight_bytes(base)
     for m in methods(params):
         tm = time.perf_counter()
-        model = copy.deepcopy(t.model)
-        report = apply_method(model, m, params, calibrate_with(m["seed"]) if m["seed"] is not None else None)
-        q = evaluate(t, model, name, data, params, device)
-        sw = dict(model=name, method=m["method"], family=m["family"], bits=m["bits"], group_size=m["group_size"])
-        if m["seed"] is not None:
-            sw["calibration_seed"] = m["seed"]
-        rows.append(metric(CLAIM, "valid_ppl", q["valid_ppl"], "perplexity", n=q["valid_tokens"],
-                           published_key={"fp32": "int8_c4_ppl_13b_fp32", "int8_vectorwise": "int8_c4_ppl_13b_absmax",
-                                          "llm_int8": "int8_c4_ppl_13b_llm_int8"}.get(m["method"]), **sw))
-        rows.append(metric(CLAIM, "valid_nll", q["valid_nll"], "nats/token", n=q["valid_tokens"], **sw))
-        if "bleu" in q:
-            rows.append(metric(CLAIM, "bleu", q["bleu"], "BLEU", n=params["eval"]["test_sentences"], **sw))
-        b = Q.stored_weight_bytes(model)
-        rows.append(metric(CLAIM, "weight_bytes", b["bytes"], "bytes", **sw, fp16_bytes=b["fp16_bytes"],
-                           params=b["params"]))
-        rows.append(metric(CLAIM, "weight_bytes_vs_fp16", b["bytes"] / b["fp16_bytes"], "ratio", **sw))
-        if m["family"] != "fp32":
-            rows.append(metric(CLAIM, "weight_memory_reduction", 100 * (1 - b["bytes"] / b["fp16_bytes"]),
-                               "percent vs 16-bit",
-                               published_key="int8_memory_reduction" if m["method"] == "llm_int8" else None, **sw))
-        if m["family"] == "int8":
-            mods = [x for x in Q.block_linears(model).values() if isinstance(x, Q.Int8Linear)]
-            xv = sum(x.stats["x_values"] for x in mods)
-            x16 = sum(x.stats["x_values_16bit"] for x in mods)
-            wv = sum(x.stats["calls"] * x.in_features * x.out_features for x in mods)
-            w16 = sum(x.stats["w_values_16bit"] for x in mods)
-            dims = sorted({(n, d) for n, x in Q.block_linears(model).items() for d in x.stats["outlier_dims"]})
-            rows.append(metric(CLAIM, "values_8bit_pct", 100.0 * (1 - (x16 + w16) / max(xv + wv, 1)), "percent",
-                               published_key="int8_fraction_values_8bit" if m["method"] == "llm_int8" else None,
-                               x_values_16bit=x16, w_values_16bit=w16, **sw))
-            rows.append(metric(CLAIM, "decomposed_dims", len(dims), "(layer, dim) pairs", **sw))
-        for lname, r in report.items():
-            rows.append(metric(CLAIM, "layer_rel_error", r["rel_error"], "||WX-QX||^2/||WX||^2", layer=lname,
-                               quantizer="gptq", tokens=r["tokens"], **sw))
-            rows.append(metric(CLAIM, "layer_rel_error", r["rel_error_rtn"], "||WX-QX||^2/||WX||^2", layer=lname,
-                               quantizer="rtn", tokens=r["tokens"], **sw))
-        rows.append(metric(CLAIM, "method_seconds", time.perf_counter() - tm, "s", **sw))
+        with Q.restored(base) as model:
+            r, report, q, b = _one_method(model, name, m, params, calibrate_with, score)
+        rows += r
         log.info("%s %s%s: ppl %.3f%s, weights %.3f x fp16 (%.1f s)", name, m["method"],
                  "" if m["seed"] is None else f" seed {m['seed']}", q["valid_ppl"],
                  f", BLEU {q['bleu']:.2f}" if "bleu" in q else "", b["bytes"] / b["fp16_bytes"],
                  time.perf_counter() - tm)
+        rows.append(metric(CLAIM, "method_seconds", time.perf_counter() - tm, "s", **_sweep(name, m)))
     rows.append(metric(CLAIM, "weight_bytes_fp32", fp_bytes["bytes"], "bytes", model=name))
     rows.append(metric(CLAIM, "model_seconds", time.perf_counter() - t0, "s", model=name))
     return rows, extra
+
+
+def _sweep(name: str, m: dict) -> dict:
+    sw = dict(model=name, method=m["method"], family=m["family"], bits=m["bits"], group_size=m["group_size"])
+    if m["seed"] is not None:
+        sw["calibration_seed"] = m["seed"]
+    return sw
+
+
+def _one_method(model, name: str, m: dict, params: dict, calibrate_with, score):
+    """Quantize ``model`` in place with method ``m``, score it, and return (rows, GPTQ report, scores, bytes)."""
+    rows = []
+    report = apply_method(model, m, params, calibrate_with(m["seed"]) if m["seed"] is not None else None)
+    q = score(model)
+    sw = _sweep(name, m)
+    rows.append(metric(CLAIM, "valid_ppl", q["valid_ppl"], "perplexity", n=q["valid_tokens"],
+                       published_key={"fp32": "int8_c4_ppl_13b_fp32", "int8_vectorwise": "int8_c4_ppl_13b_absmax",
+                                      "llm_int8": "int8_c4_ppl_13b_llm_int8"}.get(m["method"]), **sw))
+    rows.append(metric(CLAIM, "valid_nll", q["valid_nll"], "nats/token", n=q["valid_tokens"], **sw))
+    if "bleu" in q:
+        rows.append(metric(CLAIM, "bleu", q["bleu"], "BLEU", n=params["eval"]["test_sentences"], **sw))
+    b = Q.stored_weight_bytes(model)
+    rows.append(metric(CLAIM, "weight_bytes", b["bytes"], "bytes", **sw, fp16_bytes=b["fp16_bytes"],
+                       params=b["params"]))
+    rows.append(metric(CLAIM, "weight_bytes_vs_fp16", b["bytes"] / b["fp16_bytes"], "ratio", **sw))
+    if m["family"] != "fp32":
+        rows.append(metric(CLAIM, "weight_memory_reduction", 100 * (1 - b["bytes"] / b["fp16_bytes"]),
+                           "percent vs 16-bit",
+                           published_key="int8_memory_reduction" if m["method"] == "llm_int8" else None, **sw))
+    if m["family"] == "int8":
+        mods = [x for x in Q.block_linears(model).values() if isinstance(x, Q.Int8Linear)]
+        xv = sum(x.stats["x_values"] for x in mods)
+        x16 = sum(x.stats["x_values_16bit"] for x in mods)
+        wv = sum(x.stats["calls"] * x.in_features * x.out_features for x in mods)
+        w16 = sum(x.stats["w_values_16bit"] for x in mods)
+        dims = sorted({(n, d) for n, x in Q.block_linears(model).items() for d in x.stats["outlier_dims"]})
+        rows.append(metric(CLAIM, "values_8bit_pct", 100.0 * (1 - (x16 + w16) / max(xv + wv, 1)), "percent",
+                           published_key="int8_fraction_values_8bit" if m["method"] == "llm_int8" else None,
+                           x_values_16bit=x16, w_values_16bit=w16, **sw))
+        rows.append(metric(CLAIM, "decomposed_dims", len(dims), "(layer, dim) pairs", **sw))
+    for lname, r in report.items():
+        rows.append(metric(CLAIM, "layer_rel_error", r["rel_error"], "||WX-QX||^2/||WX||^2", layer=lname,
+                           quantizer="gptq", tokens=r["tokens"], **sw))
+        rows.append(metric(CLAIM, "layer_rel_error", r["rel_error_rtn"], "||WX-QX||^2/||WX||^2", layer=lname,
+                           quantizer="rtn", tokens=r["tokens"], **sw))
+    return rows, report, q, b
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
@@ -396,16 +492,21 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     if device == "cuda" and not torch.cuda.is_available():
         raise QuantizationError("quantization.device: cuda requested but no GPU is available")
     paths = resolve_models(params, out)
-    if "hf" in paths:
-        raise QuantizationError("quantization.hf_model: not wired yet - the importer repro.model.hf_import."
-                                "load_pretrained is here, but this claim's paper path (tokenize text_path with the "
-                                "folder's tokenizer, calibration sentences and perplexity windows on it, as "
-                                "layer_pruning's paper section does) is still missing; paper scale runs only on the "
-                                "shared paper-scale LM (models: [lm], hf_model: null) for now")
     rows, extra = [], {}
     for name in paths:
-        t = _load(paths, name, device)
-        r, e = run_model(t, name, params, device)
+        if params.get("hf_model"):
+            model, tok, info = load_hf(paths[name], device)
+            data = text_data(tok, params, model.cfg.max_seq_len)
+            rows.append(metric(CLAIM, "text_tokens", data["text"]["scored_tokens"], "tokens", model=name,
+                               **{k: v for k, v in data["text"].items() if k != "scored_tokens"}))
+            score = lambda m, data=data: window_ppl(m, data, device)  # noqa: E731
+            r, e = run_model(model, name, params, device, data, score,
+                             dict(hf_model=str(paths[name]), family=info.family))
+        else:
+            t = _load(paths, name, device)
+            data = load_data(t, name, params)
+            r, e = run_model(t.model, name, params, device, data,
+                             lambda m, t=t, name=name, data=data: evaluate(t, m, name, data, params, device))
         rows += r
         extra[name] = e
     tm = params["timing"]
@@ -432,6 +533,21 @@ def _ppl(rows, model, method):
     if not v:
         return None
     return float(np.mean(v)), (float(np.std(v, ddof=1)) if len(v) > 1 else None), len(v)
+
+
+def _data_setup(rows: list[dict], params: dict) -> dict:
+    """The data and calibration lines of the setup table (the suite's corpus, or hf_model's text)."""
+    cal = params["calibration"]
+    txt = _sel(rows, "text_tokens")
+    if not txt:
+        return {"data": "the suite's corpus (validation perplexity on the first "
+                        f"{params['eval']['valid_sentences']} validation sentences)",
+                "calibration": f"{cal['sentences']} training sentences, seeds {cal['seeds']}"}
+    t = txt[0]["sweep"]
+    return {"data": f"{t['text_path']}: perplexity over {int(txt[0]['value'])} tokens in {t['windows']} windows of "
+                    f"{t['seq_len']} tokens, stride {t['stride']}",
+            "calibration": f"{cal['sentences']} random segments of {t['calibration_seq_len']} tokens from "
+                           f"{t['calibration']}, seeds {cal['seeds']}"}
 
 
 def judge(rows: list[dict], params: dict, scale: str) -> dict:
@@ -590,8 +706,10 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                                       "positions" for m, la, sa, p in emer),
                             f"{la_pub[0]}% -> {la_pub[1]}% of layers and {sa_pub[0]}% -> {sa_pub[1]}% of sequence "
                             "positions between 6B and 6.7B parameters",
-                            undecided_because="the models trained here have millions of parameters, three orders "
-                            "of magnitude below the 6.7B phase shift; one size cannot show a trend"))
+                            undecided_because="one model size cannot show a trend with scale; the paper's phase "
+                            "shift is between 6B and 6.7B parameters" + (
+                                ", and the models measured here are far below it" if max(p for *_, p in emer) < 1e9
+                                else "")))
     # 10. speed
     mm = {r["sweep"]["kernel"]: r["value"] for r in rows if r["metric"] == "matmul_seconds"}
     checks.append(check("GPTQ's packed low-bit kernels speed up generation", None,
@@ -603,11 +721,9 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     setup = setup_table(CLAIM, {
         "models": ", ".join(f"{m} ({_sel(rows, 'model_parameters', model=m)[0]['value'] / 1e6:.1f}M params)"
                             for m in models if _sel(rows, "model_parameters", model=m)),
-        "data": "the suite's corpus (validation perplexity on the first "
-                f"{params['eval']['valid_sentences']} validation sentences)",
-        "calibration": f"{params['calibration']['sentences']} training sentences, seeds {params['calibration']['seeds']}",
+        **_data_setup(rows, params),
         "precision": "fp32 reference; int8 by exact integer products; weight-only methods dequantized from packed codes",
-        "hardware": "CPU"})
+        "hardware": {"cpu": "CPU", "cuda": "GPU"}.get(params.get("device"), params.get("device"))})
     return verdict_from_checks(CLAIM, checks, scale, gates=gates, setup=setup)
 
 

@@ -11,7 +11,8 @@ linear layers are produced by the model whose blocks 0..i-1 are already quantize
 """
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -41,6 +42,19 @@ def block_linears(model: nn.Module) -> dict[str, nn.Linear]:
 def replace(model: nn.Module, name: str, new: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+
+
+@contextmanager
+def restored(model: nn.Module) -> Iterator[nn.Module]:
+    """Quantize ``model`` in place inside the block; its original block linears are put back on exit. The
+    quantizers here build new modules and never write to the originals, so this equals quantizing a deep copy
+    without a second copy of the model (a 7B model in fp32 fills 28 GB)."""
+    orig = block_linears(model)
+    try:
+        yield model
+    finally:
+        for name, mod in orig.items():
+            replace(model, name, mod)
 
 
 class PackedLinear(nn.Module):
