@@ -114,10 +114,64 @@ def quantize_int8(model: nn.Module, mode: str, threshold: float = 6.0) -> dict:
 
 
 def relative_error(W: torch.Tensor, W_hat: torch.Tensor, H: torch.Tensor) -> float:
-    """||W X - W_hat X||_F^2 / ||W X||_F^2 from H = 2 X X^T / n (the factor cancels)."""
-    D = (W - W_hat).double()
-    W = W.double()
+    """||W X - W_hat X||_F^2 / ||W X||_F^2 from H = 2 X X^T / n (the factor cancels), on H's device."""
+    W = W.to(device=H.device, dtype=torch.float64)
+    D = W - W_hat.to(device=H.device, dtype=torch.float64)
     return float(torch.einsum("ij,jk,ik->", D, H, D) / torch.einsum("ij,jk,ik->", W, H, W))
+
+
+def _stacks(model: nn.Module) -> list[nn.Module]:
+    """The model's block stacks (repro.model.block.BlockStack) in forward order (encoder before decoder)."""
+    from repro.model.block import BlockStack
+
+    return [m for m in model.modules() if isinstance(m, BlockStack)]
+
+
+def _stack_inputs(model: nn.Module, stacks: list, i: int, calibrate: Callable[[nn.Module], None]) -> list:
+    """(x, kwargs) of every call of ``stacks[i]`` while ``calibrate(model)`` runs, with the blocks of that stack and
+    of all later ones bypassed (``BlockStack.skip``): the earlier stacks run as they are (already quantized)."""
+    seen, skips = [], [set(s.skip) for s in stacks]
+    def capture(mod, args, kw):
+        if kw.get("cache") is not None or kw.get("return_hidden"):
+            raise ValueError("quantize_gptq: calibration runs the model without cache and hidden states")
+        seen.append((args[0], {k: v for k, v in kw.items() if k not in ("cache", "return_hidden")}))
+
+    hook = stacks[i].register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        for s in stacks[i:]:
+            s.skip = set(range(len(s.layers)))
+        calibrate(model)
+    finally:
+        hook.remove()
+        for s, sk in zip(stacks, skips):
+            s.skip = sk
+    return seen
+
+
+def _gptq_block(bname: str, block: nn.Module, run: Callable[[], None], bits, group_size, act_order, damp,
+                block_size, sym) -> dict:
+    """GPTQ on the linears of one block, whose calibration inputs ``run()`` produces."""
+    lins = {f"{bname}.{n}": m for n, m in block.named_modules() if isinstance(m, nn.Linear)}
+    g = {name: GPTQ(lin) for name, lin in lins.items()}
+    hooks = [lin.register_forward_hook(lambda m, inp, out, name=name: g[name].add_batch(inp[0].detach()))
+             for name, lin in lins.items()]
+    try:
+        run()
+    finally:
+        for h in hooks:
+            h.remove()
+    results = {}
+    for name, lin in lins.items():
+        W = lin.weight.detach().float().cpu()
+        qw, loss = g[name].quantize(bits, group_size, act_order, damp, block_size, sym)
+        mod = PackedLinear(qw, lin.bias).to(lin.weight.device)
+        H = g[name].H
+        results[name] = {"module": mod, "loss": loss, "tokens": g[name].nsamples,
+                         "rel_error": relative_error(W, mod.weight_dequantized(), H),
+                         "rel_error_rtn": relative_error(W, rtn(W, bits, group_size, sym).dequantize(), H)}
+        replace(block, name[len(bname) + 1:], mod)
+        del g[name].H
+    return results
 
 
 @torch.no_grad()
@@ -125,28 +179,27 @@ def quantize_gptq(model: nn.Module, calibrate: Callable[[nn.Module], None], bits
                   act_order: bool, damp: float, block_size: int = 128, sym: bool = False) -> dict:
     """GPTQ, block by block. ``calibrate(model)`` runs the calibration batches through the model (the hooks
     collect each linear's inputs). Returns {name: {"module", "rel_error", "rel_error_rtn", "loss"}}: the
-    layer-wise relative reconstruction error of GPTQ and of RTN with the same grid options, on the same inputs."""
-    results = {}
+    layer-wise relative reconstruction error of GPTQ and of RTN with the same grid options, on the same inputs.
+
+    As the reference ``opt_sequential``: the inputs of a stack's first block are captured once (one calibration
+    pass with that stack bypassed), each block then runs alone on the cached inputs, and its outputs after its
+    own quantization are the next block's inputs, so a model of L blocks costs about one calibration pass, not L.
+    Blocks outside a BlockStack are calibrated by a whole calibration pass each."""
+    results, opts = {}, (bits, group_size, act_order, damp, block_size, sym)
+    names = {id(m): n for n, m in blocks_of(model)}
+    stacks = _stacks(model)
+    done = set()
+    for i, stack in enumerate(stacks):
+        inputs = _stack_inputs(model, stacks, i, calibrate)
+        for j, block in enumerate(stack.layers):
+            if j in stack.skip:
+                continue
+            results.update(_gptq_block(names[id(block)], block, lambda: [block(x, **kw) for x, kw in inputs], *opts))
+            inputs = [(block(x, **kw), kw) for x, kw in inputs]
+            done.add(id(block))
     for bname, block in blocks_of(model):
-        lins = {f"{bname}.{n}": m for n, m in block.named_modules() if isinstance(m, nn.Linear)}
-        g = {name: GPTQ(lin) for name, lin in lins.items()}
-        hooks = [lin.register_forward_hook(lambda m, inp, out, name=name: g[name].add_batch(inp[0].detach().cpu()))
-                 for name, lin in lins.items()]
-        try:
-            calibrate(model)
-        finally:
-            for h in hooks:
-                h.remove()
-        for name, lin in lins.items():
-            W = lin.weight.detach().float().cpu()
-            qw, loss = g[name].quantize(bits, group_size, act_order, damp, block_size, sym)
-            mod = PackedLinear(qw, lin.bias).to(lin.weight.device)
-            H = g[name].H
-            results[name] = {"module": mod, "loss": loss, "tokens": g[name].nsamples,
-                             "rel_error": relative_error(W, mod.weight_dequantized(), H),
-                             "rel_error_rtn": relative_error(W, rtn(W, bits, group_size, sym).dequantize(), H)}
-            replace(model, name, mod)
-            del g[name].H
+        if id(block) not in done and not any(block in s.layers for s in stacks):
+            results.update(_gptq_block(bname, block, lambda: calibrate(model), *opts))
     return results
 
 

@@ -17,6 +17,8 @@ Algorithm 1 of the paper (this follows the reference ``gptq.py`` ``fasterquant``
 - groups (``group_size``): a new min-max grid (repro.quant.grid) is fitted to the next ``group_size`` (not yet
   quantized, already updated) columns whenever the column index crosses a group boundary, as in the reference (with
   act-order this groups columns in the permuted order, and the group index of each column is stored).
+
+H and the column loop live on the layer's device (float64; a GPU at paper scale); the result is returned on the CPU.
 """
 from __future__ import annotations
 
@@ -33,13 +35,13 @@ class GPTQ:
     def __init__(self, layer: torch.nn.Linear):
         self.layer = layer
         self.columns = layer.weight.shape[1]
-        self.H = torch.zeros(self.columns, self.columns, dtype=torch.float64)
+        self.H = torch.zeros(self.columns, self.columns, dtype=torch.float64, device=layer.weight.device)
         self.nsamples = 0
 
     @torch.no_grad()
     def add_batch(self, inp: torch.Tensor) -> None:
         """Add the inputs of one batch (..., in): H <- (n H + 2 X X^T) / (n + m), a running mean."""
-        x = inp.reshape(-1, inp.shape[-1]).to(torch.float64)
+        x = inp.reshape(-1, inp.shape[-1]).to(device=self.H.device, dtype=torch.float64)
         m = x.shape[0]
         self.H *= self.nsamples / (self.nsamples + m)
         self.nsamples += m
@@ -61,13 +63,13 @@ class GPTQ:
         dead = torch.diag(H) == 0
         H[dead, dead] = 1
         W[:, dead] = 0
-        perm = torch.argsort(torch.diag(H), descending=True) if act_order else torch.arange(cols)
+        perm = torch.argsort(torch.diag(H), descending=True) if act_order else torch.arange(cols, device=H.device)
         W, H = W[:, perm], H[perm][:, perm]
-        H += damp * torch.mean(torch.diag(H)) * torch.eye(cols, dtype=H.dtype)
+        H += damp * torch.mean(torch.diag(H)) * torch.eye(cols, dtype=H.dtype, device=H.device)
         Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
 
-        Q = torch.zeros(rows, cols, dtype=torch.int16)
-        scales, zeros, g_of_col = [], [], torch.zeros(cols, dtype=torch.int64)
+        Q = torch.zeros(rows, cols, dtype=torch.int16, device=W.device)
+        scales, zeros, g_of_col = [], [], torch.zeros(cols, dtype=torch.int64, device=W.device)
         grid = None if gs < cols else fit_grid(W, bits, sym)
         if grid is not None:
             scales, zeros = [grid.scale], [grid.zero]
@@ -96,6 +98,6 @@ class GPTQ:
                 Err1[:, i] = err
             W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
         inv = torch.argsort(perm)
-        qw = QuantizedWeight(Q[:, inv], torch.cat(scales, 1).float(), torch.cat(zeros, 1).float(), g_of_col[inv],
-                             bits, gs)
+        qw = QuantizedWeight(Q[:, inv].cpu(), torch.cat(scales, 1).float().cpu(), torch.cat(zeros, 1).float().cpu(),
+                             g_of_col[inv].cpu(), bits, gs)
         return qw, loss
