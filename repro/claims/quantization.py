@@ -353,15 +353,17 @@ def emergence(stats: dict, layers_min_pct: float, seq_min_pct: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------ timing
-def time_int8_matmul(shape: tuple[int, int, int], reps: int) -> dict | None:
-    """Median seconds of an fp32 matmul and of torch._int_mm (the int8 kernel of this build) on (m, k) x (k, n)."""
+def time_int8_matmul(shape: tuple[int, int, int], reps: int, device="cpu") -> dict | None:
+    """Median seconds of an fp32 matmul and of torch._int_mm (the int8 kernel of this build) on (m, k) x (k, n), on
+    ``device`` (the claim's device)."""
     if not hasattr(torch, "_int_mm"):
         return None
     m, k, n = shape
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
-    ai, bi = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8), \
-        torch.randint(-127, 128, (k, n), generator=g, dtype=torch.int8)
+    a, b = torch.randn(m, k, generator=g).to(device), torch.randn(k, n, generator=g).to(device)
+    ai, bi = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8).to(device), \
+        torch.randint(-127, 128, (k, n), generator=g, dtype=torch.int8).to(device)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     try:
         torch._int_mm(ai, bi)
     except RuntimeError as exc:
@@ -372,8 +374,10 @@ def time_int8_matmul(shape: tuple[int, int, int], reps: int) -> dict | None:
         fn()
         ts = []
         for _ in range(reps):
+            sync()
             t0 = time.perf_counter()
             fn()
+            sync()
             ts.append(time.perf_counter() - t0)
         res[name] = float(np.median(ts))
     return res
@@ -512,7 +516,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     tm = params["timing"]
     if tm["reps"]:
         la0 = os.getloadavg()[0]
-        res = time_int8_matmul(tuple(tm["shape"]), tm["reps"])
+        res = time_int8_matmul(tuple(tm["shape"]), tm["reps"], device)
         la1 = os.getloadavg()[0]
         if res:
             for k, v in res.items():
@@ -713,10 +717,11 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     # 10. speed
     mm = {r["sweep"]["kernel"]: r["value"] for r in rows if r["metric"] == "matmul_seconds"}
     checks.append(check("GPTQ's packed low-bit kernels speed up generation", None,
-                        ("this CPU: int8 torch._int_mm " + f"{mm['fp32'] / mm['int8']:.2f}x fp32 on one matmul "
-                         "(for information)") if {"fp32", "int8"} <= mm.keys() else "not timed",
+                        (f"this {'GPU' if params.get('device') == 'cuda' else 'CPU'}: int8 torch._int_mm "
+                         f"{mm['fp32'] / mm['int8']:.2f}x fp32 on one matmul (for information)")
+                        if {"fp32", "int8"} <= mm.keys() else "not timed",
                         f"{pub('gptq_speedup_a100')}x (A100), {pub('gptq_speedup_a6000')}x (A6000) vs FP16",
-                        undecided_because="GPTQ's speedups come from its packed 3/4-bit CUDA kernels; this machine "
+                        undecided_because="GPTQ's speedups come from its packed 3/4-bit CUDA kernels; this suite "
                         "has no such kernel (weight-only methods run dequantized here)"))
     setup = setup_table(CLAIM, {
         "models": ", ".join(f"{m} ({_sel(rows, 'model_parameters', model=m)[0]['value'] / 1e6:.1f}M params)"
