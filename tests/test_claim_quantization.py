@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from repro.artefacts import ArtefactError
 from repro import config
 from repro.bench.records import metric
 from repro.claims import quantization as qz
@@ -49,9 +50,9 @@ def test_tiny_run(tiny_models):
 
 def test_missing_models_name_the_key(tmp_path):
     params = config.section(C, "tiny")
-    with pytest.raises(qz.QuantizationError, match="quantization.lm_model"):
+    with pytest.raises(ArtefactError, match="quantization.lm_model"):
         qz.resolve_models(params, tmp_path / "quantization")
-    with pytest.raises(qz.QuantizationError, match="quantization.hf_model"):
+    with pytest.raises(ArtefactError, match="quantization.hf_model"):
         qz.resolve_models({**params, "hf_model": str(tmp_path)}, tmp_path / "quantization")
 
 

@@ -185,9 +185,9 @@ def test_quantization_paper_path_on_a_hf_folder(tmp_path, family):
     torch.set_num_threads(1)
     folder, text = (write_tiny_llama if family == "llama" else write_tiny_opt)(tmp_path)
     params = config.section(qz.CLAIM, "paper")
-    with pytest.raises(qz.QuantizationError, match="quantization.text_path"):
+    with pytest.raises(ArtefactError, match="quantization.text_path"):
         qz.resolve_models({**params, "hf_model": str(folder)}, tmp_path / "quantization")
-    with pytest.raises(qz.QuantizationError, match="quantization.calibration_path"):
+    with pytest.raises(ArtefactError, match="quantization.calibration_path"):
         qz.resolve_models({**params, "hf_model": str(folder), "text_path": str(text),
                            "calibration_path": str(tmp_path / "none.txt")}, tmp_path / "quantization")
     params = _quant_small(params, folder, text)

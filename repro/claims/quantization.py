@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from repro import artefacts
 from repro import quant as Q
 from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
                                  t_interval, verdict_from_checks)
@@ -98,30 +99,21 @@ def apply_method(model, m: dict, params: dict, calibrate) -> dict:
 
 # ------------------------------------------------------------------------------------------------------- models
 def resolve_models(params: dict, out: Path) -> dict:
-    """{"lm": folder, "translation": folder} for ``models``; null paths mean the shared artefacts beside this
-    claim's results folder. Missing folders fail naming the key."""
-    models_dir = Path(out).resolve().parent / "_models"
-    paths = {}
+    """{"lm": folder, "translation": folder} for ``models`` (the workflow passes the shared artefacts in
+    ``lm_model`` / ``translation_model``; null: the artefacts beside this claim's results folder), or
+    ``{<folder name>: folder}`` for ``hf_model``. Missing paths fail naming the key (repro.artefacts)."""
     if params.get("hf_model"):
-        p = Path(params["hf_model"])
-        if not (p / "config.json").is_file():
-            raise QuantizationError(f"quantization.hf_model: {p} is not a Hugging Face folder (no config.json)")
-        if not params.get("text_path") or not Path(params["text_path"]).is_file():
-            raise QuantizationError(f"quantization.text_path: {params.get('text_path')!r} is not an existing text "
-                                    "file (perplexity text for hf_model)")
+        p = artefacts.hf_folder(params, CLAIM)
         if params.get("calibration_path") and not Path(params["calibration_path"]).is_file():
-            raise QuantizationError(f"quantization.calibration_path: {params['calibration_path']!r} is not an "
-                                    "existing text file (null: calibrate on a held-out share of text_path)")
+            raise artefacts.ArtefactError(f"quantization.calibration_path: {params['calibration_path']!r} is not an "
+                                          "existing text file (null: calibrate on a held-out share of text_path)")
         return {p.name: p}
+    paths = {}
     for name in params["models"]:
         if name not in MODELS:
             raise QuantizationError(f"quantization.models: unknown model {name!r} (valid: {', '.join(MODELS)})")
-        key = f"{name}_model"
-        p = Path(params[key]) if params.get(key) else models_dir / name
-        if not (p / "checkpoint_last.pt").is_file():
-            raise QuantizationError(f"quantization.{key}: no trained model at {p} (build the shared artefact with "
-                                    f"the translation rules, or set {key})")
-        paths[name] = p
+        paths[name] = artefacts.trained_model_path(params, f"{name}_model", CLAIM, out,
+                                                   "lm" if name == "lm" else "translation_model")
     if not paths:
         raise QuantizationError("quantization.models: empty (give lm and/or translation, or hf_model)")
     return paths
@@ -385,9 +377,7 @@ def time_int8_matmul(shape: tuple[int, int, int], reps: int, device="cpu") -> di
 
 # ------------------------------------------------------------------------------------------------------ run
 def _load(paths: dict, name: str, device):
-    from repro.train.pipeline import load_trained
-
-    t = load_trained(paths[name], device=device)
+    t = artefacts.load_trained_model(paths[name], device=device)
     t.model.to(device).eval()
     return t
 
