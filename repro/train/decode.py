@@ -213,6 +213,22 @@ def _src_tensor(ids_list, pad_id, device):
     return src.to(device), mask.to(device)
 
 
+def length_batches(src_ids: list[list[int]], max_tokens: int, max_src: int, eos_id: int):
+    """``(positions, id lists)`` per batch: sources sorted by length, cut so that ``batch size * longest source
+    <= max_tokens`` (at least one sentence); sources over ``max_src`` tokens are truncated, keeping the final eos."""
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    i = 0
+    while i < len(order):
+        j = i
+        while j < len(order) and (j - i + 1) * len(src_ids[order[j]]) <= max_tokens:
+            j += 1
+        j = max(j, i + 1)
+        idx = order[i:j]
+        yield idx, [list(src_ids[k]) if len(src_ids[k]) <= max_src else list(src_ids[k][: max_src - 1]) + [eos_id]
+                    for k in idx]
+        i = j
+
+
 @torch.no_grad()
 def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id: int, cfg: DecodeConfig,
                device="cpu", vocab_limit: int | None = None) -> tuple[list[list[int]], dict]:
@@ -220,19 +236,9 @@ def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id
     and stats (sentences, generated tokens, seconds, tokens/s)."""
     was = model.training
     model.eval()
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
     hyps: list[list[int] | None] = [None] * len(src_ids)
     t0 = time.perf_counter()
-    i = 0
-    max_src = model.cfg.max_seq_len
-    while i < len(order):
-        j = i
-        while j < len(order) and (j - i + 1) * len(src_ids[order[j]]) <= cfg.max_tokens:
-            j += 1
-        j = max(j, i + 1)
-        idx = order[i:j]
-        batch = [list(src_ids[k]) if len(src_ids[k]) <= max_src else list(src_ids[k][: max_src - 1]) + [eos_id]
-                 for k in idx]  # over-long sources are truncated, keeping the final eos
+    for idx, batch in length_batches(src_ids, cfg.max_tokens, model.cfg.max_seq_len, eos_id):
         src, mask = _src_tensor(batch, pad_id, device)
         if cfg.decoder == "greedy":
             out = greedy_decode(model, src, mask, bos_id, eos_id, pad_id, cfg.max_len_a, cfg.max_len_b, vocab_limit)
@@ -243,7 +249,6 @@ def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id
             raise ValueError(f"eval.decoder: {cfg.decoder!r} is not greedy or beam")
         for k, h in zip(idx, out):
             hyps[k] = h
-        i = j
     secs = time.perf_counter() - t0
     model.train(was)
     ntok = sum(len(h) + 1 for h in hyps)
