@@ -443,7 +443,7 @@ def run(scale: str = "default", repeats: int = 5, train_steps: int = 2, sentence
             rows.append(metric(CLAIM, "padding_fraction", pf[part], "fraction", n=pf["batches"], batches=where,
                                part=part))
     summary.update(padding_fraction={"epoch": pad_epoch, "benchmarked_batches": pad_bench},
-                   same_hypotheses=same, load_before=load_before, load_after=load_after, seconds=seconds,
+                   same_hypotheses=same, nice=os.nice(0), load_before=load_before, load_after=load_after, seconds=seconds,
                    threads=threads, parameters={"suite": n_params, "reference": n_ref},
                    weights="trained checkpoint " + str(ckpt) if ckpt else "initialised (untrained)",
                    train_tokens_per_repeat=sum(b.ntokens for b in batches), decode_sentences=len(src_ids))
@@ -478,7 +478,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
               f"Same hypotheses on both sides: greedy {summary['same_hypotheses']['greedy']}, beam "
               f"{summary['same_hypotheses']['beam']} ({summary['decode_sentences']} test sentences, weights "
               f"{summary['weights']}).",
-              f"Threads {summary['threads']}; load average before {summary['load_before'][0]:.2f}, after "
+              f"Threads {summary['threads']}, nice {summary['nice']}; load average before {summary['load_before'][0]:.2f}, after "
               f"{summary['load_after'][0]:.2f}; {summary['seconds']:.0f} s; torch {fp['software']['torch']}, commit "
               f"{(fp['git']['commit'] or '?')[:10]}{' (dirty)' if fp['git']['dirty'] else ''}.", ""]
     return "\n".join(lines)
