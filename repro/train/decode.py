@@ -56,6 +56,12 @@ def _banned(bos_id: int, pad_id: int, eos_id: int) -> list[int]:
     return [pad_id] if bos_id == eos_id else [pad_id, bos_id]
 
 
+def _ban(scores: torch.Tensor, ids: list[int]) -> None:
+    """Set the columns ``ids`` to -inf in place (one strided fill per id: cheaper than an indexed write)."""
+    for i in ids:
+        scores[:, i] = float("-inf")
+
+
 @torch.inference_mode()
 def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
                   max_len_b: int = 10, vocab_limit: int | None = None) -> list[list[int]]:
@@ -82,7 +88,7 @@ def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: in
         logits = model.decode(tok, memory, mask, cache=cache, offset=t)[:, -1]
         if vocab_limit is not None:
             logits[:, vocab_limit:] = float("-inf")
-        logits[:, banned] = float("-inf")
+        _ban(logits, banned)
         if t == 0:
             logits[:, eos_id] = float("-inf")  # fairseq's min_len = 1
         nxt = logits.argmax(-1)
@@ -145,15 +151,15 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
             logits[:, vocab_limit:] = float("-inf")
         lp = torch.log_softmax(logits, -1)
         V = lp.shape[-1]
-        lp[lp != lp] = float("-inf")
-        lp[:, banned] = float("-inf")
+        lp.masked_fill_(lp.isnan(), float("-inf"))
+        _ban(lp, banned)
         if t == 0:
             lp[:, eos_id] = float("-inf")  # fairseq's min_len = 1
         at_cap = (t >= caps).repeat_interleave(K)  # must end now
         if bool(at_cap.any()):
-            forced = torch.full_like(lp[at_cap], float("-inf"))
-            forced[:, eos_id] = lp[at_cap][:, eos_id]
-            lp[at_cap] = forced
+            eos_lp = lp[:, eos_id].clone()
+            lp.masked_fill_(at_cap[:, None], float("-inf"))
+            lp[:, eos_id] = torch.where(at_cap, eos_lp, lp[:, eos_id])
         cand = (scores.view(B * K, 1) + lp).view(B, K * V)
         top_v, top_i = cand.topk(2 * K, dim=1)
         beam_idx, tok_idx = top_i // V, top_i % V

@@ -473,7 +473,7 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
             loss.backward()
             params = [p for p in model.parameters() if p.grad is not None]
             if opt_c.clip_norm > 0:
-                gn = float(torch.nn.utils.clip_grad_norm_(params, opt_c.clip_norm))
+                gn = float(torch.nn.utils.clip_grad_norm_(params, opt_c.clip_norm, foreach=True))
             else:
                 gn = float(torch.linalg.vector_norm(torch.stack([p.grad.detach().norm() for p in params]))) \
                     if params else 0.0
