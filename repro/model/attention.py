@@ -129,8 +129,7 @@ class MultiHeadAttention(nn.Module):
             out = checkpoint(core, q, k, v, use_reentrant=False)
         else:
             out = core(q, k, v)
-        if self.gate_module is not None or self.head_gate.requires_grad or not bool((self.head_gate == 1).all()):
-            out = out * self.gates().to(out.dtype)[None, :, None, None]  # per-head gate xi_h (all ones: skipped)
+        out = out * self.gates().to(out.dtype)[None, :, None, None]  # per-head gate xi_h
         return self.out_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
     @torch.no_grad()

@@ -151,7 +151,8 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
             logits[:, vocab_limit:] = float("-inf")
         lp = torch.log_softmax(logits, -1)
         V = lp.shape[-1]
-        lp.masked_fill_(lp.isnan(), float("-inf"))
+        if bool(lp.sum().isnan()):  # fairseq's lprobs[lprobs != lprobs] = -inf, only when there is a NaN
+            lp.masked_fill_(lp.isnan(), float("-inf"))
         _ban(lp, banned)
         if t == 0:
             lp[:, eos_id] = float("-inf")  # fairseq's min_len = 1
