@@ -19,14 +19,6 @@ from repro.train.pipeline import build_model
 PAD, BOS, EOS, V = 0, 2, 3, 24
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _model(norm_position="pre", dropout=0.0, seed=0):
     torch.manual_seed(seed)
     mp = {"n_encoder_layers": 2, "n_decoder_layers": 2, "max_seq_len": 64,

@@ -348,6 +348,15 @@ def _timed(fn):
 
 def run(scale: str = "default", repeats: int = 5, train_steps: int = 2, sentences: int = 16,
         out: Path | None = None, report: Path | None = None, threads: int | None = None) -> dict:
+    """Measure, write the results folder and the page, return the summary (torch's thread count is restored)."""
+    before = torch.get_num_threads()
+    try:
+        return _run(scale, repeats, train_steps, sentences, out, report, threads)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
     from repro import config
     from repro.bench.fingerprint import fingerprint
     from repro.bench.records import atomic_write_json, atomic_write_text, metric, verdict, write_results
