@@ -316,12 +316,14 @@ def padding_fraction(batches) -> dict:
 def tokenizer_for(params: dict, scale: str, work: Path) -> tuple[str, Path | None]:
     """(tokenizer path, trained checkpoint or None): the workflow's trained translation model and its tokenizer
     when present, else a tokenizer trained (once, cached in ``work``) like ``repro.train.prepare``."""
+    from repro.artefacts import MODELS_DIR, artefact_file
     from repro.bench.fingerprint import hardware_id
     from repro.train.prepare import prepare, resolve_tokenizer
 
-    models = Path("results") / hardware_id() / scale / "_models" / "translation"
-    if (models / "checkpoint_last.pt").exists() and (models / "tokenizer.json").exists():
-        return resolve_tokenizer(models / "tokenizer.json"), models / "checkpoint_last.pt"
+    models = Path("results") / hardware_id() / scale / MODELS_DIR
+    ckpt, tok = artefact_file(models, "translation_model"), artefact_file(models, "tokenizer")
+    if ckpt.exists() and tok.exists():
+        return resolve_tokenizer(tok), ckpt
     info = work / "tokenizer.json"
     want = {"tokenizer": params["tokenizer"], "corpus": params["corpus"]}
     stamp = work / "tokenizer.params.json"
