@@ -37,9 +37,10 @@ class Block(nn.Module):
     def _sublayer(self, x, norm, fn):
         s = self.cfg.residual_scale
         skip = x if self.cfg.residual else 0.0
+        scale = (lambda h: h) if s == 1.0 else (lambda h: s * h)  # no multiply by 1.0 (forward and backward)
         if self.cfg.norm_position == "pre":
-            return skip + s * self.drop(fn(norm(x)))
-        return norm(skip + s * self.drop(fn(x)))
+            return skip + scale(self.drop(fn(norm(x))))
+        return norm(skip + scale(self.drop(fn(x))))
 
     def forward(self, x, *, causal=False, key_padding_mask=None, memory=None, memory_padding_mask=None,
                 cache: dict | None = None, positions=None):

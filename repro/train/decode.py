@@ -56,6 +56,12 @@ def _banned(bos_id: int, pad_id: int, eos_id: int) -> list[int]:
     return [pad_id] if bos_id == eos_id else [pad_id, bos_id]
 
 
+def _ban(scores: torch.Tensor, ids: list[int]) -> None:
+    """Set the columns ``ids`` to -inf in place (one strided fill per id: cheaper than an indexed write)."""
+    for i in ids:
+        scores[:, i] = float("-inf")
+
+
 @torch.inference_mode()
 def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
                   max_len_b: int = 10, vocab_limit: int | None = None) -> list[list[int]]:
@@ -82,7 +88,7 @@ def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: in
         logits = model.decode(tok, memory, mask, cache=cache, offset=t)[:, -1]
         if vocab_limit is not None:
             logits[:, vocab_limit:] = float("-inf")
-        logits[:, banned] = float("-inf")
+        _ban(logits, banned)
         if t == 0:
             logits[:, eos_id] = float("-inf")  # fairseq's min_len = 1
         nxt = logits.argmax(-1)
@@ -145,15 +151,16 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
             logits[:, vocab_limit:] = float("-inf")
         lp = torch.log_softmax(logits, -1)
         V = lp.shape[-1]
-        lp[lp != lp] = float("-inf")
-        lp[:, banned] = float("-inf")
+        if bool(lp.sum().isnan()):  # fairseq's lprobs[lprobs != lprobs] = -inf, only when there is a NaN
+            lp.masked_fill_(lp.isnan(), float("-inf"))
+        _ban(lp, banned)
         if t == 0:
             lp[:, eos_id] = float("-inf")  # fairseq's min_len = 1
         at_cap = (t >= caps).repeat_interleave(K)  # must end now
         if bool(at_cap.any()):
-            forced = torch.full_like(lp[at_cap], float("-inf"))
-            forced[:, eos_id] = lp[at_cap][:, eos_id]
-            lp[at_cap] = forced
+            eos_lp = lp[:, eos_id].clone()
+            lp.masked_fill_(at_cap[:, None], float("-inf"))
+            lp[:, eos_id] = torch.where(at_cap, eos_lp, lp[:, eos_id])
         cand = (scores.view(B * K, 1) + lp).view(B, K * V)
         top_v, top_i = cand.topk(2 * K, dim=1)
         beam_idx, tok_idx = top_i // V, top_i % V
@@ -213,6 +220,22 @@ def _src_tensor(ids_list, pad_id, device):
     return src.to(device), mask.to(device)
 
 
+def length_batches(src_ids: list[list[int]], max_tokens: int, max_src: int, eos_id: int):
+    """``(positions, id lists)`` per batch: sources sorted by length, cut so that ``batch size * longest source
+    <= max_tokens`` (at least one sentence); sources over ``max_src`` tokens are truncated, keeping the final eos."""
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    i = 0
+    while i < len(order):
+        j = i
+        while j < len(order) and (j - i + 1) * len(src_ids[order[j]]) <= max_tokens:
+            j += 1
+        j = max(j, i + 1)
+        idx = order[i:j]
+        yield idx, [list(src_ids[k]) if len(src_ids[k]) <= max_src else list(src_ids[k][: max_src - 1]) + [eos_id]
+                    for k in idx]
+        i = j
+
+
 @torch.no_grad()
 def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id: int, cfg: DecodeConfig,
                device="cpu", vocab_limit: int | None = None) -> tuple[list[list[int]], dict]:
@@ -220,19 +243,9 @@ def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id
     and stats (sentences, generated tokens, seconds, tokens/s)."""
     was = model.training
     model.eval()
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
     hyps: list[list[int] | None] = [None] * len(src_ids)
     t0 = time.perf_counter()
-    i = 0
-    max_src = model.cfg.max_seq_len
-    while i < len(order):
-        j = i
-        while j < len(order) and (j - i + 1) * len(src_ids[order[j]]) <= cfg.max_tokens:
-            j += 1
-        j = max(j, i + 1)
-        idx = order[i:j]
-        batch = [list(src_ids[k]) if len(src_ids[k]) <= max_src else list(src_ids[k][: max_src - 1]) + [eos_id]
-                 for k in idx]  # over-long sources are truncated, keeping the final eos
+    for idx, batch in length_batches(src_ids, cfg.max_tokens, model.cfg.max_seq_len, eos_id):
         src, mask = _src_tensor(batch, pad_id, device)
         if cfg.decoder == "greedy":
             out = greedy_decode(model, src, mask, bos_id, eos_id, pad_id, cfg.max_len_a, cfg.max_len_b, vocab_limit)
@@ -243,7 +256,6 @@ def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id
             raise ValueError(f"eval.decoder: {cfg.decoder!r} is not greedy or beam")
         for k, h in zip(idx, out):
             hyps[k] = h
-        i = j
     secs = time.perf_counter() - t0
     model.train(was)
     ntok = sum(len(h) + 1 for h in hyps)

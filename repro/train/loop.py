@@ -175,12 +175,24 @@ def model_loss(model, batch, label_smoothing: float, pad_id: int):
         logits = model(batch.src, batch.tgt_in, batch.src_pad_mask, batch.tgt_pad_mask)
     else:
         logits = model(batch.tgt_in, batch.tgt_pad_mask)
-    flat = logits.reshape(-1, logits.shape[-1]).float()
-    target = batch.tgt_out.reshape(-1)
-    loss = F.cross_entropy(flat, target, ignore_index=pad_id, label_smoothing=label_smoothing, reduction="sum")
-    with torch.no_grad():
-        nll = F.cross_entropy(flat, target, ignore_index=pad_id, reduction="sum")
+    loss, nll = smoothed_cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.tgt_out.reshape(-1),
+                                       label_smoothing, pad_id)
     return loss, nll, logits
+
+
+def smoothed_cross_entropy(logits, target, label_smoothing: float, pad_id: int):
+    """(loss, nll) summed over targets that are not ``pad_id``: ``F.cross_entropy(..., label_smoothing=eps,
+    reduction="sum")``, i.e. ``(1 - eps) * nll + eps / V * sum_v(-log p_v)`` (Szegedy et al. 2016; fairseq's
+    label_smoothed_cross_entropy), and the plain NLL (detached) from the same log-softmax, so one pass over the
+    (tokens x vocabulary) logits serves both (two ``F.cross_entropy`` calls would compute it twice)."""
+    lprobs = F.log_softmax(logits.float(), dim=-1)
+    nll = F.nll_loss(lprobs, target, ignore_index=pad_id, reduction="sum")
+    if label_smoothing > 0:
+        smooth = -lprobs.sum(-1).masked_fill(target == pad_id, 0.0).sum()
+        loss = (1.0 - label_smoothing) * nll + (label_smoothing / lprobs.shape[-1]) * smooth
+    else:
+        loss = nll
+    return loss, nll.detach()
 
 
 @torch.no_grad()
@@ -319,6 +331,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def make_optimizer(params: list, opt_c: OptimConfig, device) -> torch.optim.Optimizer:
+    """Adam (AdamW with weight decay), fused into one kernel over all parameters where torch has it (CPU and CUDA
+    float parameters): the same update as the per-parameter loop, 3x faster on CPU (repro.bench.throughput)."""
+    decay = opt_c.weight_decay
+    opt_cls = torch.optim.AdamW if decay > 0 else torch.optim.Adam
+    fused = torch.device(device).type in ("cpu", "cuda") and all(p.is_floating_point() for p in params)
+    return opt_cls(params, lr=opt_c.lr, betas=opt_c.betas, eps=opt_c.eps, fused=fused or None,
+                   **({"weight_decay": decay} if decay > 0 else {}))
+
+
 def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: list | None,
           optim_cfg: OptimConfig | Mapping, schedule_cfg: ScheduleConfig | Mapping, run_cfg: RunConfig | Mapping,
           ckpt_dir: str | Path | None = None, extra_loss: Callable | None = None, curve_path: str | Path | None = None,
@@ -337,10 +359,7 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
     pad = model.cfg.pad_id if pad_id is None else pad_id
     device = torch.device(device)
     model.to(device)
-    decay = opt_c.weight_decay
-    opt_cls = torch.optim.AdamW if decay > 0 else torch.optim.Adam
-    optimizer = opt_cls([p for p in model.parameters() if p.requires_grad], lr=opt_c.lr, betas=opt_c.betas,
-                        eps=opt_c.eps, **({"weight_decay": decay} if decay > 0 else {}))
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], opt_c, device)
     ckpt_path = Path(ckpt_dir) / CKPT_NAME if ckpt_dir else None
 
     step, epoch, pos_in_epoch, elapsed, n_tokens, wall_prev = 0, 0, 0, 0.0, 0, 0.0
@@ -454,7 +473,7 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
             loss.backward()
             params = [p for p in model.parameters() if p.grad is not None]
             if opt_c.clip_norm > 0:
-                gn = float(torch.nn.utils.clip_grad_norm_(params, opt_c.clip_norm))
+                gn = float(torch.nn.utils.clip_grad_norm_(params, opt_c.clip_norm, foreach=True))
             else:
                 gn = float(torch.linalg.vector_norm(torch.stack([p.grad.detach().norm() for p in params]))) \
                     if params else 0.0
