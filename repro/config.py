@@ -17,13 +17,11 @@ from typing import Any, Mapping
 
 import yaml
 
+from repro.errors import ConfigError
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "config"
 SCALES = ("tiny", "default", "paper")
-
-
-class ConfigError(ValueError):
-    """Bad configuration; the message names the file and key."""
 
 
 def _load_yaml(path: Path) -> Any:
@@ -157,7 +155,7 @@ def _check_models(name: str, params: Mapping, where: str) -> None:
     configuration time (the Snakefile's DAG / dry run), not when training starts after the tokenizer is built."""
     if name != "translation":
         return
-    from repro.model.config import ConfigError as ModelConfigError, ModelConfig
+    from repro.model.config import ModelConfig
 
     vocab = int((params.get("tokenizer") or {}).get("vocab_size") or 32000)  # the tokenizer sets the real size
     for prefix, model in (("model.", params.get("model")), ("lm.model.", (params.get("lm") or {}).get("model"))):
@@ -165,7 +163,7 @@ def _check_models(name: str, params: Mapping, where: str) -> None:
             continue
         try:
             ModelConfig.from_dict({**dict(model), "vocab_size": vocab, "pad_id": 0}, prefix=prefix)
-        except ModelConfigError as exc:
+        except ConfigError as exc:  # the model's check, given the file and scale here
             raise ConfigError(f"{where}: {exc}") from None
         except TypeError as exc:  # e.g. block given as a list
             raise ConfigError(f"{where}: {prefix.rstrip('.')}: {exc}") from None

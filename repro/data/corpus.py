@@ -16,13 +16,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repro.errors import CorpusError
+
 SPLITS = ("train", "valid", "test")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_ROOT = REPO_ROOT / "data"
-
-
-class CorpusError(ValueError):
-    """A corpus file is missing, malformed or does not match its manifest; names the file."""
 
 
 @dataclass

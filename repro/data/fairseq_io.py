@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from repro.errors import FairseqFormatError
+
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
 TNT_MAGIC = b"TNTIDX\x00\x00"  # fairseq's older "lazy/cached" format (not supported)
 CODE_TO_DTYPE = {
@@ -44,10 +46,6 @@ DTYPE_TO_CODE = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.int16)
                  np.dtype(np.int64): 5, np.dtype(np.float64): 6, np.dtype(np.float32): 7,
                  np.dtype(np.uint16): 8, np.dtype(np.uint32): 9, np.dtype(np.uint64): 10}
 _HEADER_LEN = 9 + 8 + 1 + 8
-
-
-class FairseqFormatError(ValueError):
-    """A fairseq file is missing or malformed; the message names the file."""
 
 
 # ---------------------------------------------------------------- dictionary

@@ -21,12 +21,10 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repro.errors import MoFormatError
+
 MO_MAGIC_LE = 0x950412DE
 MO_MAGIC_BE = 0xDE120495
-
-
-class MoFormatError(ValueError):
-    """A file is not a valid .mo catalog; the message names the file."""
 
 
 @dataclass(frozen=True)

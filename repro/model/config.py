@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from repro.errors import ConfigError
+
 NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "none")
 NORM_POSITIONS = ("pre", "post")
 NORM_IMPLS = ("torch", "manual", "triton")
@@ -18,10 +20,6 @@ FFN_KINDS = ("relu", "gelu", "gelu_tanh", "swiglu", "moe")
 BLOCK_CHECKPOINT = ("none", "selective")
 STACK_CHECKPOINT = ("none", "full", "every_k", "sqrt", "selective")
 POSITIONAL = ("sinusoidal", "learned", "none")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message starts with the dotted key."""
 
 
 def _check_choice(prefix: str, key: str, value: Any, choices: tuple) -> None:

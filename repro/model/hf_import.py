@@ -41,15 +41,13 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from repro.errors import HFImportError
+
 log = logging.getLogger("repro.model")
 
 FAMILIES = ("llama", "mistral", "gpt2", "opt", "bert")
 # task heads the suite does not model: their tensors are reported in HFImport.unused, not an error
 HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "score.")
-
-
-class HFImportError(ValueError):
-    """The folder cannot be imported; the message names the folder and the key, tensor or file at fault."""
 
 
 @dataclass

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from repro.errors import RegistryError
+
 __all__ = [
     "REGISTRY_PATH",
     "VERIFIED_TAGS",
@@ -51,10 +53,6 @@ _VALUE_FIELDS = ("key", "value", "unit", "source", "where", "setup", "exact", "v
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _CODE_RE = re.compile(r"^C([1-9][0-9]*)$")
 _YEAR_RE = re.compile(r"(19|20)\d{2}")
-
-
-class RegistryError(ValueError):
-    """The registry file or dict is malformed; the message names the claim and key at fault."""
 
 
 # ------------------------------------------------------------------------------------------------

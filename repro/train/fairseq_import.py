@@ -42,15 +42,13 @@ from typing import Any, Mapping
 
 import torch
 
+from repro.errors import FairseqImportError
+
 log = logging.getLogger("repro.train")
 
 FAST_PATH_KEYS = {"in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias", "fc1_weight", "fc1_bias",
                   "fc2_weight", "fc2_bias", "norm1_weight", "norm1_bias", "norm2_weight", "norm2_bias"}
 IGNORED_SUFFIXES = ("version", "embed_positions._float_tensor")
-
-
-class FairseqImportError(ValueError):
-    """The checkpoint cannot be imported; the message names the file and the offending keys."""
 
 
 def fairseq_sinusoidal_table(num_embeddings: int, dim: int, padding_idx: int | None) -> torch.Tensor:

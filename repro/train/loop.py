@@ -41,17 +41,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from repro.errors import CheckpointError, TrainConfigError
+
 log = logging.getLogger("repro.train")
 CKPT_NAME = "checkpoint_last.pt"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be loaded (empty, truncated, not a checkpoint, or refused by the safe loader); the
-    message names the file."""
-
-
-class TrainConfigError(ValueError):
-    """A training parameter is invalid; the message names the key."""
 
 
 def _from(cls, data, prefix: str):
