@@ -35,6 +35,8 @@ import torch.nn.functional as F
 from repro.bench.fingerprint import fingerprint
 from repro.bench.records import atomic_write_json, atomic_write_text
 from repro.bench.timing import flush_l2, paired_ratios, summarize, time_interleaved
+from repro.model.attention import math_attention
+from repro.model.norms import layer_norm_manual, rms_norm_manual
 
 NORM_OPS = ("rmsnorm", "layernorm")
 NORM_PROVIDERS = ("torch", "eager", "compile", "triton")
@@ -172,18 +174,13 @@ def attention_flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: in
 
 # ----------------------------------------------------------------------------------------------- providers
 def _eager_rms(x, w, b, eps):
-    """Hand-written eager RMSNorm (Llama style): fp32 statistics, cast back."""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * w.float()).to(x.dtype)
+    """The model's hand-written RMSNorm (``RMSNorm(impl="manual")``): one formula for the op and the model."""
+    return rms_norm_manual(x, w, eps)
 
 
 def _eager_ln(x, w, b, eps):
-    """Hand-written eager LayerNorm with fp32 statistics."""
-    xf = x.float()
-    mu = xf.mean(-1, keepdim=True)
-    var = (xf - mu).pow(2).mean(-1, keepdim=True)
-    return ((xf - mu) * torch.rsqrt(var + eps) * w.float() + b.float()).to(x.dtype)
+    """The model's hand-written LayerNorm (``LayerNorm(impl="manual")``)."""
+    return layer_norm_manual(x, w, b, eps)
 
 
 _COMPILED: dict = {}
@@ -208,18 +205,9 @@ def _norm_fn(op: str, provider: str) -> Callable:
     raise ValueError(f"unknown norm provider {provider!r}")
 
 
-def _math_attention(q, k, v, causal):
-    """Standard attention: the (seq, seq) scores and probabilities are materialised."""
-    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-    if causal:
-        n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    return torch.softmax(s.float(), -1).to(q.dtype) @ v
-
-
 def _attn_fn(provider: str, causal: bool) -> Callable:
     if provider == "math":
-        return lambda q, k, v: _math_attention(q, k, v, causal)
+        return lambda q, k, v: math_attention(q, k, v, causal=causal)
     if provider.startswith("sdpa"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,

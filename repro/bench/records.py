@@ -10,18 +10,17 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from repro.bench.stats import (both, decide_interval, decide_within, sample_interval,  # noqa: F401 (re-exported)
+                               t_interval)
+from repro.errors import ResultsError
+
 VERDICTS = ("reproduced", "partially", "not_reproduced", "inconclusive", "not_applicable", "not_implemented")
 METRIC_COLUMNS = ["claim", "metric", "unit", "value", "spread", "n", "sweep", "published_key", "published_value",
                   "published_unit", "source", "hardware", "scale"]
-
-
-class ResultsError(ValueError):
-    """A results file is missing, damaged or does not match its integrity record; the message names the file."""
 
 
 def umask_mode(base: int = 0o666) -> int:
@@ -132,60 +131,6 @@ def gated(c: dict, gates: list[dict]) -> dict:
         return c
     because = "; ".join(f"gate '{g['name']}' failed: {g['measured']} (required {g['required']})" for g in failed)
     return {**c, "passed": None, "undecided_because": because}
-
-
-# two-sided 95% Student-t quantiles t_{0.975, df} (df = 1..30; the normal 1.96 beyond). A table, not scipy: the
-# GPU node image the speed claims run on has no scipy, and these are the standard printed values.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_interval(mean: float, std: float | None, n: int | None) -> tuple[float, float]:
-    """95% confidence interval of a mean over ``n`` seeds with sample std ``std`` (Student t). With one seed (or no
-    spread recorded) the interval is infinitely wide: a single run cannot decide a threshold."""
-    n = int(n or 1)
-    if n < 2 or std is None or not math.isfinite(std):
-        return -math.inf, math.inf
-    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    half = t * std / math.sqrt(n)
-    return mean - half, mean + half
-
-
-def sample_interval(xs) -> tuple[float, float, float, float]:
-    """(mean, lower, upper, sample std) of the 95% t-interval of the mean of the values ``xs`` (one per seed);
-    fewer than two values give an unbounded interval and a NaN std."""
-    xs = [float(x) for x in xs]
-    mean = statistics.fmean(xs) if xs else math.nan
-    sd = statistics.stdev(xs) if len(xs) >= 2 else math.nan
-    lo, hi = t_interval(mean, sd, len(xs))
-    return mean, lo, hi, sd
-
-
-def both(*decisions: bool | None) -> bool | None:
-    """Three-valued AND: False if any is False, None if any is undecided, else True."""
-    if any(d is False for d in decisions):
-        return False
-    return None if any(d is None for d in decisions) else True
-
-
-def decide_interval(lo: float, hi: float, *, above: float | None = None, below: float | None = None) -> bool | None:
-    """Decide "value > above" / "value < below" from an interval [lo, hi]: True when the whole interval is on the
-    claimed side, False when the whole interval is on the other side, None (undecided) when it straddles."""
-    if above is not None:
-        return True if lo > above else False if hi <= above else None
-    if below is not None:
-        return True if hi < below else False if lo >= below else None
-    raise ValueError("decide_interval: give above= or below=")
-
-
-def decide_within(lo: float, hi: float, target_lo: float, target_hi: float) -> bool | None:
-    """Decide "value in [target_lo, target_hi]" from an interval [lo, hi]: True when [lo, hi] lies inside the
-    target band, False when it lies wholly outside, None when it overlaps the edge (too little precision)."""
-    if target_lo <= lo and hi <= target_hi:
-        return True
-    if hi < target_lo or lo > target_hi:
-        return False
-    return None
 
 
 def _check_text(c: dict) -> str:

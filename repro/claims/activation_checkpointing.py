@@ -19,7 +19,6 @@ Reproduces, on the shared block (repro.model; the Encoder's BlockStack with ``Mo
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import torch
@@ -27,6 +26,7 @@ import torch
 from repro.bench import timing
 from repro.bench.memory import peak_memory
 from repro.bench.records import atomic_write_json, check, decide_within, metric, setup_table, verdict_from_checks
+from repro.bench.stats import loglog_slope
 from repro.config import resolve_device
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model import BlockConfig, EncoderModel, ModelConfig
@@ -211,13 +211,6 @@ def fwd_bwd_peak(stack, x0, dy, device) -> int:
         step()  # warm-up: cuBLAS workspaces and other lazily allocated buffers
         x0.grad = None
     return peak_memory(step, device)
-
-
-def loglog_slope(xs, ys) -> float:
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    den = sum((x - mx) ** 2 for x in lx)
-    return sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / den if den else float("nan")
 
 
 def measure_sweeps(p: dict, device) -> list[dict]:

@@ -20,7 +20,6 @@ kernel (``triton``; GPU only, recorded as skipped on CPU where Triton runs under
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import torch
@@ -30,6 +29,7 @@ from repro import registry
 from repro.bench import kernels, timing
 from repro.bench.memory import peak_memory
 from repro.bench.records import check, decide_interval, metric, setup_table, verdict_from_checks
+from repro.bench.stats import loglog_slope
 from repro.config import resolve_device
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model import BlockConfig, DecoderLM, ModelConfig
@@ -47,13 +47,6 @@ def _skip_reason(backend: str, device) -> str | None:
     if backend == "triton" and device.type != "cuda":
         return kernels.INTERPRETER_REASON
     return None
-
-
-def loglog_slope(xs, ys) -> float:
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    den = sum((x - mx) ** 2 for x in lx)
-    return sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / den if den else float("nan")
 
 
 # ----------------------------------------------------------------------------------------------- kernel sweep

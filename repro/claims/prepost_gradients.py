@@ -30,45 +30,15 @@ from torch import nn
 
 from repro.bench.records import (atomic_write_json, both, check, decide_interval, decide_within, metric, setup_table,
                                  t_interval, verdict_from_checks)
+from repro.bench.stats import fit_slope, mean_std
 from repro.config import resolve_device
 from repro.model import BlockConfig, EncoderDecoder, ModelConfig, make_norm
 from repro.model.block import Block
+from repro.model.init import init_weights
 
 CLAIM = "prepost_gradients"
 log = logging.getLogger("repro.prepost_gradients")
 FFN_MATRICES = ("ffn.fc1", "ffn.fc2")
-
-
-# ------------------------------------------------------------------------------------------------ helpers
-def init_weights(model: nn.Module, scheme: str, d_model: int) -> None:
-    """Re-initialise ``model`` in place: "fairseq", "xavier" or "pytorch" (see the module docstring)."""
-    if scheme == "pytorch":
-        return
-    if scheme not in ("fairseq", "xavier"):
-        raise ValueError(f"init: {scheme!r} is not one of fairseq, xavier, pytorch")
-    qkv_gain = 1 / math.sqrt(2) if scheme == "fairseq" else 1.0
-    with torch.no_grad():
-        for name, mod in model.named_modules():
-            if isinstance(mod, nn.Linear):
-                leaf = name.rsplit(".", 1)[-1]
-                nn.init.xavier_uniform_(mod.weight, gain=qkv_gain if leaf in ("q_proj", "k_proj", "v_proj") else 1.0)
-                if mod.bias is not None:
-                    mod.bias.zero_()
-            elif isinstance(mod, nn.Embedding) and scheme == "fairseq":
-                nn.init.normal_(mod.weight, 0.0, d_model ** -0.5)
-                if mod.padding_idx is not None:
-                    mod.weight[mod.padding_idx].zero_()
-
-
-def fit_slope(x, y) -> float:
-    """Least-squares slope of y on x."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    return float(np.polyfit(x, y, 1)[0])
-
-
-def mean_std(values) -> tuple[float, float]:
-    v = np.asarray(values, float)
-    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -114,7 +84,7 @@ def build_model(p: dict, norm: str, position: str, layers: int, vocab: int, pad:
                       tie_output=True, share_encoder_decoder_embeddings=True, pad_id=pad)
     torch.manual_seed(seed)
     model = EncoderDecoder(cfg)
-    init_weights(model, p["init"], m["d_model"])
+    init_weights(model, p["init"])
     return model
 
 
@@ -237,7 +207,7 @@ def simplified_stack(d: int, layers: int, position: str, seed: int, device) -> t
                       ffn="relu", bias=False)
     torch.manual_seed(seed)
     blocks = nn.ModuleList(Block(cfg) for _ in range(layers))
-    init_weights(blocks, "xavier", d)
+    init_weights(blocks, "xavier")
     with torch.no_grad():
         for b in blocks:
             b.self_attn.q_proj.weight.zero_()

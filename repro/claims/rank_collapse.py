@@ -35,7 +35,7 @@ init, with residual scale 1 and 1/sqrt(L); a random readout with cross entropy o
 gradients. Measured: ||dL/dW_Q||_F / ||dL/dW_V||_F and ||dL/dW_K||_F / ||dL/dW_V||_F per layer, their mean log
 over layers against depth, and the mean pairwise token cosine at the output.
 
-Weights: repro.claims.prepost_gradients.init_weights. Verdict rules are in :func:`judge`.
+Weights: repro.model.init.init_weights. Verdict rules are in :func:`judge`.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ from torch import nn
 
 from repro.bench.records import (atomic_write_json, both, check, decide_interval, decide_within, metric, setup_table,
                                  t_interval, verdict_from_checks)
-from repro.claims.prepost_gradients import fit_slope, init_weights, mean_std
+from repro.bench.stats import fit_slope, mean_std
+from repro.model.init import init_weights
 from repro.config import resolve_device
 from repro.model import BlockConfig, MultiHeadAttention, make_norm
 from repro.model.block import Block
@@ -120,7 +121,7 @@ def build_stack(variant: str, p: dict, layers: int, seed: int, init: str) -> nn.
     else:
         raise ValueError(f"dong.variants: unknown variant {variant!r} (valid: {', '.join(VARIANTS)})")
     stack = nn.ModuleList(mods)
-    init_weights(stack, init, p["d_model"])
+    init_weights(stack, init)
     return stack
 
 
@@ -254,7 +255,7 @@ def _qkv_one(q: dict, init: str, position: str, L: int, scaled: bool, seed: int,
                       residual_scale=L ** -0.5 if scaled else 1.0)
     torch.manual_seed(seed)
     blocks = nn.ModuleList(Block(cfg) for _ in range(L))
-    init_weights(blocks, init, q["d_model"])
+    init_weights(blocks, init)
     blocks.to(device=device, dtype=dtype)
     final = make_norm("layernorm", q["d_model"]).to(device=device, dtype=dtype) if position == "pre" else nn.Identity()
     gen = torch.Generator().manual_seed(60_000 + seed)

@@ -7,7 +7,8 @@ arXiv 1910.05895, Sec. 3.2: "around 5% faster" than LayerNorm).
 
 - The op alone: the kernel benchmark's norm sweep (repro.bench.kernels.run_norm_sweep: RMSNorm and LayerNorm
   interleaved per provider, forward and forward+backward, hidden sizes and dtypes from config). Providers: ``torch``
-  (F.rms_norm / F.layer_norm), ``eager`` (the hand-written formula), ``compile`` (torch.compile of it) and ``triton``
+  (F.rms_norm / F.layer_norm), ``eager`` (the hand-written formula of the model's ``norm_impl: manual``,
+  repro.model.norms.rms_norm_manual / layer_norm_manual), ``compile`` (torch.compile of it) and ``triton``
   (the suite's fused kernels; recorded as skipped on CPU, where Triton runs only under its interpreter).
 - The whole model: the training-step time (forward, backward, Adam step) of the shared DecoderLM with
   norm = layernorm / rmsnorm / scalenorm for each ``norm_impl`` (torch, manual, triton), all variants interleaved

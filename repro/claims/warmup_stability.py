@@ -14,7 +14,7 @@ claim trains its OWN small models, never the shared one):
   where PreNorm trains: 18.31 / fails / fails vs 28.33 / 28.13 / 28.32 at 4 / 5 / 6 layers).
 
 Schedules: ``inverse_sqrt`` with linear warm-up (fairseq's, as both papers) when warming up; ``constant`` without.
-Initialisation: ``repro.train.pipeline.init_weights`` (fairseq: Xavier-uniform linear weights, zero biases,
+Initialisation: ``repro.model.init.init_fairseq_qkv_gain1`` (fairseq: Xavier-uniform linear weights, zero biases,
 embeddings N(0, d^-1/2)); norms keep their own init (LayerNorm (1, 0), ScaleNorm g = sqrt(d)).
 Divergence (NaN/inf, or a training loss above ``explode_loss``) is an outcome recorded by ``repro.train.train``;
 a run that stays finite but far behind the best run of its learning rate counts as "failed" (``fail_margin_nats``),

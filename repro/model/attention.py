@@ -49,6 +49,16 @@ def attention_core(q, k, v, *, backend: str, causal: bool = False, key_padding_m
                                               enable_gqa=Hkv != H)
     if backend != "math":
         raise ValueError(f"block.attention: unknown backend {backend!r}")
+    return math_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, dropout_p=dropout_p, scale=scale)
+
+
+def math_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, dropout_p: float = 0.0,
+                   scale: float | None = None) -> torch.Tensor:
+    """Standard attention in eager ops: the (Tq, Tk) scores and probabilities are materialised (softmax in fp32).
+    The reference of the attention kernels and the "math" provider of the kernel benchmark (repro.bench.kernels)."""
+    B, H, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
     if Hkv != H:  # expand kv heads to their query-head groups
         k = k.repeat_interleave(H // Hkv, dim=1)
         v = v.repeat_interleave(H // Hkv, dim=1)

@@ -5,7 +5,8 @@
 - ScaleNorm (Nguyen & Salazar 2019, arXiv 1910.05895, eq. 9): g * x / max(||x||_2, eps), one scalar g = sqrt(d).
 
 ``impl`` selects the implementation: "torch" (F.layer_norm / F.rms_norm), "manual" (the formula in
-eager ops, as a reference and as the "hand-written" baseline of rmsnorm_speed) or "triton" (the suite's
+eager ops, ``layer_norm_manual`` / ``rms_norm_manual``: a reference, and the "hand-written" baseline of rmsnorm_speed
+and of the kernel benchmark, repro.bench.kernels) or "triton" (the suite's
 fused kernels in repro.kernels).
 """
 from __future__ import annotations
@@ -15,6 +16,21 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def layer_norm_manual(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LayerNorm written out in eager ops: fp32 statistics, normalised value cast back, then the affine map."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    var = (xf - mean).pow(2).mean(-1, keepdim=True)
+    y = ((xf - mean) * torch.rsqrt(var + eps)).to(x.dtype) * weight
+    return y + bias if bias is not None else y
+
+
+def rms_norm_manual(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm written out in eager ops (Llama style): fp32 statistics, normalised value cast back, times the gain."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
 def _triton():
@@ -38,11 +54,7 @@ class LayerNorm(nn.Module):
         if self.impl == "triton":
             return _triton().layer_norm(x, self.weight, self.bias, self.eps)
         if self.impl == "manual":
-            xf = x.float()
-            mean = xf.mean(-1, keepdim=True)
-            var = (xf - mean).pow(2).mean(-1, keepdim=True)
-            y = ((xf - mean) * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
-            return y + self.bias if self.bias is not None else y
+            return layer_norm_manual(x, self.weight, self.bias, self.eps)
         return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
 
 
@@ -58,8 +70,7 @@ class RMSNorm(nn.Module):
         if self.impl == "triton":
             return _triton().rms_norm(x, self.weight, self.eps)
         if self.impl == "manual":
-            xf = x.float()
-            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+            return rms_norm_manual(x, self.weight, self.eps)
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
