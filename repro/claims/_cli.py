@@ -10,28 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
+from repro.cli import positive_int, setup_logging  # noqa: F401 (setup_logging: also used by claims)
+
 log = logging.getLogger("repro")
-
-
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (``--threads -3`` is refused before anything runs)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
 
 
 def _flat_schema(schema: dict, prefix: str = "") -> list[tuple[str, dict]]:

@@ -17,20 +17,21 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from repro.bench.records import check, metric, verdict_from_checks, write_results
+from repro.cli import add_params_arguments, load_params, setup_logging
+from repro.train.bleu import bleu_report
+from repro.train.decode import DecodeConfig
+from repro.train.loop import evaluate_loss
+from repro.train.pipeline import encode_splits, load_data, load_trained, valid_batches
+
 CLAIM = "translation"
 log = logging.getLogger("repro.translation")
 
 
 def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path | None = None):
     """Decode valid/test, score them, and return (metrics rows, verdict)."""
-    import torch
-
-    from repro.bench.records import metric
-    from repro.train.bleu import bleu_report
-    from repro.train.decode import DecodeConfig
-    from repro.train.loop import evaluate_loss
-    from repro.train.pipeline import encode_splits, load_data, load_trained, valid_batches
-
     torch.set_num_threads(int(params.get("threads", torch.get_num_threads())))
     device = params.get("device", "cpu")
     t = load_trained(model_dir, device=device)
@@ -87,8 +88,6 @@ def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path 
 
 def judge(rows: list[dict], params: dict, scale: str, summary: dict) -> dict:
     """Issue 4's target: test BLEU >= eval.target_bleu from a model with >= 6 encoder layers, >= 4 heads."""
-    from repro.bench.records import check, verdict_from_checks
-
     test_bleu = next(r["value"] for r in rows if r["metric"] == "bleu" and r["sweep"].get("split") == "test")
     copy = next(r["value"] for r in rows if r["metric"] == "bleu_copy_baseline" and r["sweep"].get("split") == "test")
     target = params["eval"]["target_bleu"]
@@ -105,18 +104,13 @@ def judge(rows: list[dict], params: dict, scale: str, summary: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m repro.train.evaluate", description=__doc__.split("\n")[0])
-    ap.add_argument("--params", help="JSON parameters (default: config/claims/translation.yaml at --scale)")
-    ap.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
+    add_params_arguments(ap, CLAIM)
     ap.add_argument("--model", required=True, type=Path, help="model folder (checkpoint_last.pt)")
     ap.add_argument("--lm", type=Path, default=None, help="LM folder, to report its validation perplexity")
     ap.add_argument("--out", required=True, type=Path, help="results folder")
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    from repro import config
-    from repro.bench.records import write_results
-
-    params = json.loads(a.params) if a.params else config.section(CLAIM, a.scale)
+    setup_logging()
+    params = load_params(ap, CLAIM, a.scale, a.params)
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     rows, verdict = evaluate(params, a.scale, a.model, a.out, a.lm)

@@ -22,21 +22,19 @@ from typing import Any, Mapping
 import torch
 
 from repro.bench.records import remove_stale_temps
+from repro.errors import ConfigError
+from repro.model.init import init_fairseq_qkv_gain1
 from repro.train.loop import CKPT_NAME, configs_from_params, load_checkpoint, train, write_summary
 
 log = logging.getLogger("repro.train")
 
 
-class ParamError(ValueError):
-    """A required translation parameter or path is missing; the message names the config key."""
-
-
 def require_path(value, key: str, kind: str = "path") -> Path:
     if value in (None, ""):
-        raise ParamError(f"translation.{key}: not set; this scale needs a {kind} here (config/claims/translation.yaml)")
+        raise ConfigError(f"translation.{key}: not set; this scale needs a {kind} here (config/claims/translation.yaml)")
     p = Path(value)
     if not p.exists():
-        raise ParamError(f"translation.{key}: {p} does not exist")
+        raise ConfigError(f"translation.{key}: {p} does not exist")
     return p
 
 
@@ -61,7 +59,7 @@ def load_data(params: Mapping):
     else:
         path = c["path"]
         if path in (None, ""):
-            raise ParamError("translation.corpus.path: not set")
+            raise ConfigError("translation.corpus.path: not set")
         corpus = load_corpus(path, c["direction"])
     for split, key in (("train", "max_train_pairs"), ("valid", "max_eval_pairs"), ("test", "max_eval_pairs")):
         n = c.get(key)
@@ -86,6 +84,14 @@ def load_tokenizer(path: str | Path, bpe_symbol: str | None = "@@ "):
     return Tokenizer.load(p)
 
 
+def resolve_tokenizer(path: str | Path) -> str:
+    """A tokenizer path given directly (.model/.txt) or through a tokenizer.json written by repro.train.prepare."""
+    p = Path(path)
+    if p.suffix == ".json":
+        return json.loads(p.read_text())["path"]
+    return str(p)
+
+
 def build_model(model_params: Mapping, vocab_size: int, pad_id: int, kind: str = "encdec"):
     """EncoderDecoder (``kind="encdec"``) or DecoderLM (``"lm"``) from a ``model`` section of the config."""
     from repro.model import ModelConfig
@@ -95,28 +101,8 @@ def build_model(model_params: Mapping, vocab_size: int, pad_id: int, kind: str =
     if kind not in ("encdec", "lm"):
         raise ValueError(f"kind must be encdec or lm, got {kind!r}")
     model = EncoderDecoder(cfg) if kind == "encdec" else DecoderLM(cfg)
-    init_weights(model)
+    init_fairseq_qkv_gain1(model)  # the reference results were trained this way
     return model
-
-
-@torch.no_grad()
-def init_weights(model) -> None:
-    """fairseq-style transformer initialisation (Ott et al. 2019), which the papers' models were trained with:
-    token embeddings N(0, d^-1/2) with a zero pad row (so tied output logits start O(1) with the sqrt(d)
-    embedding scale), linear weights Xavier-uniform with zero biases; norms keep their (1, 0) init.
-    One difference from fairseq: q/k/v projections use Xavier gain 1 here, where fairseq's MultiheadAttention uses
-    1/sqrt(2) (repro.claims.prepost_gradients.init_weights has both); the reference results were trained this way."""
-    from torch import nn
-
-    for m in model.modules():
-        if isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, 0.0, m.embedding_dim ** -0.5)
-            if m.padding_idx is not None:
-                m.weight[m.padding_idx].zero_()
-        elif isinstance(m, nn.Linear):
-            nn.init.xavier_uniform_(m.weight)
-            if m.bias is not None:
-                m.bias.zero_()
 
 
 def encode_splits(params: Mapping, tokenizer, corpus, max_len: int) -> dict:
@@ -155,8 +141,6 @@ def train_from_params(params: Mapping, tokenizer_path: str | Path, out_dir: str 
     import shutil
     import time
 
-    from repro.train.prepare import resolve_tokenizer
-
     tokenizer_path = resolve_tokenizer(tokenizer_path)
     out = Path(out_dir)
     work = Path(work_dir) if work_dir else out
@@ -166,7 +150,7 @@ def train_from_params(params: Mapping, tokenizer_path: str | Path, out_dir: str 
     tr = sec["training"]
     device = params.get("device", "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ParamError("translation.device: cuda requested but no GPU is available")
+        raise ConfigError("translation.device: cuda requested but no GPU is available")
     torch.set_num_threads(int(params.get("threads", torch.get_num_threads())))
     t0 = time.time()
     corpus = load_data(params)

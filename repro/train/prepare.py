@@ -17,12 +17,15 @@ import logging
 import sys
 from pathlib import Path
 
+from repro.cli import add_params_arguments, load_params, setup_logging
+from repro.data import train_sentencepiece
+from repro.errors import ConfigError
+from repro.train.pipeline import load_data, require_path, resolve_tokenizer  # noqa: F401 (resolve_tokenizer: re-exported)
+
 log = logging.getLogger("repro.translation")
 
 
 def prepare(params: dict, out: Path) -> dict:
-    from repro.train.pipeline import load_data, require_path
-
     out.mkdir(parents=True, exist_ok=True)
     c = params["corpus"]
     sl, tl = c["direction"].split("-")
@@ -39,8 +42,6 @@ def prepare(params: dict, out: Path) -> dict:
         tgt = require_path(str(d / f"dict.{tl}.txt"), "corpus.path (dict." + tl + ".txt)", "dictionary")
         info = {"kind": "fairseq_dict", "path": str(tgt.resolve())}
     else:
-        from repro.data import train_sentencepiece
-
         if not c.get("path"):
             raise SystemExit("translation.corpus.path: not set")
         corpus = load_data(params)
@@ -59,29 +60,16 @@ def prepare(params: dict, out: Path) -> dict:
     return info
 
 
-def resolve_tokenizer(path: str | Path) -> str:
-    """A tokenizer path given directly (.model/.txt) or through a tokenizer.json written by :func:`prepare`."""
-    p = Path(path)
-    if p.suffix == ".json":
-        return json.loads(p.read_text())["path"]
-    return str(p)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m repro.train.prepare", description=__doc__.split("\n")[0])
-    ap.add_argument("--params", help="JSON parameters (default: config/claims/translation.yaml at --scale)")
-    ap.add_argument("--scale", default="default", choices=("tiny", "default", "paper"))
+    add_params_arguments(ap, "translation", scale_default="default")
     ap.add_argument("--out", required=True, type=Path)
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    from repro import config
-    from repro.train.pipeline import ParamError
-
-    params = json.loads(a.params) if a.params else config.section("translation", a.scale)
+    setup_logging()
+    params = load_params(ap, "translation", a.scale, a.params)
     try:
         prepare(params, a.out)
-    except ParamError as exc:
+    except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

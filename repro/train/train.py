@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
+
+from repro.cli import add_params_arguments, load_params, setup_logging
+from repro.train.fairseq_import import import_to_checkpoint
+from repro.train.loop import CheckpointError
+from repro.train.pipeline import train_from_params
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m repro.train.train", description=__doc__.split("\n")[0])
-    ap.add_argument("--params", help="JSON parameters (the translation section at one scale)")
-    ap.add_argument("--scale", default="default", choices=("tiny", "default", "paper"))
+    add_params_arguments(ap, "translation", scale_default="default",
+                         params_help="JSON parameters (the translation section at one scale)")
     ap.add_argument("--tokenizer", help="sentencepiece .model, fairseq dict.<tgt>.txt or tokenizer.json (prepare)")
     ap.add_argument("--out", required=True, type=Path, help="model folder")
     ap.add_argument("--work", type=Path, default=None, help="folder for the resumable state (default: --out)")
@@ -25,20 +29,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-resume", action="store_true", help="start from scratch even if a checkpoint exists")
     ap.add_argument("--stop-after-steps", type=int, default=None, help="stop this call after N updates (resumable)")
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    from repro import config
-    from repro.train.pipeline import train_from_params
-
-    try:
-        params = (config.validate_params("translation", a.scale, json.loads(a.params)) if a.params
-                  else config.section("translation", a.scale))
-    except (json.JSONDecodeError, config.ConfigError) as exc:
-        ap.error(f"--params: {exc}")
+    setup_logging()
+    params = load_params(ap, "translation", a.scale, a.params)
     a.out.mkdir(parents=True, exist_ok=True)
     if params.get("fairseq_checkpoint") and not a.lm:
-        from repro.train.fairseq_import import import_to_checkpoint
-
         ck = import_to_checkpoint(params, a.out)
         (a.out / "summary.json").write_text(json.dumps({"kind": "fairseq", "stop_reason": "imported",
                                                         "checkpoint": str(ck),
@@ -46,8 +40,6 @@ def main(argv=None) -> int:
         return 0
     if not a.tokenizer:
         ap.error("--tokenizer is required unless fairseq_checkpoint is set")
-    from repro.train.loop import CheckpointError
-
     try:
         res = train_from_params(params, a.tokenizer, a.out, kind="lm" if a.lm else "encdec", resume=not a.no_resume,
                                 stop_after_steps=a.stop_after_steps, work_dir=a.work)

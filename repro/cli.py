@@ -1,0 +1,57 @@
+"""What every command line of the suite shares: logging to stderr, ``--params JSON`` / ``--scale`` read and checked
+against the config schema (an error names the key before anything runs), and argparse types.
+
+Used by the claims' command line (repro.claims._cli) and by the translation steps (repro.train.prepare, train,
+evaluate).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from repro import config
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--threads -3`` is refused before anything runs)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def add_params_arguments(parser: argparse.ArgumentParser, section: str, *, scale_default: str | None = None,
+                         params_help: str | None = None) -> None:
+    """``--params JSON`` and ``--scale`` (required unless ``scale_default`` is given)."""
+    parser.add_argument("--params", help=params_help or f"JSON parameters (default: config/claims/{section}.yaml at "
+                                                        "--scale)")
+    if scale_default is None:
+        parser.add_argument("--scale", required=True, choices=config.SCALES)
+    else:
+        parser.add_argument("--scale", default=scale_default, choices=config.SCALES)
+
+
+def load_params(parser: argparse.ArgumentParser, section: str, scale: str, text: str | None) -> dict:
+    """The parameters of ``section``: ``--params`` JSON checked like the config files (a hand-written '{}' names the
+    first missing key, not a KeyError later), or config/claims/<section>.yaml at ``scale``. Errors exit through
+    ``parser.error`` (status 2) with the key named."""
+    try:
+        if text:
+            try:
+                params = json.loads(text)
+            except json.JSONDecodeError as exc:
+                parser.error(f"--params: not valid JSON ({exc})")
+            return config.validate_params(section, scale, params)
+        return config.section(section, scale)
+    except config.ConfigError as exc:
+        parser.error(f"--params: {exc}")
