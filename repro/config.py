@@ -15,8 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+import jsonschema
 import yaml
 
+from repro import registry
 from repro.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +40,6 @@ def _key_path(error) -> str:
 
 
 def _validator_with_defaults(schema: Mapping):
-    import jsonschema
-
     base = jsonschema.Draft202012Validator
 
     def set_defaults(validator, properties, instance, schema):
@@ -155,7 +155,7 @@ def _check_models(name: str, params: Mapping, where: str) -> None:
     configuration time (the Snakefile's DAG / dry run), not when training starts after the tokenizer is built."""
     if name != "translation":
         return
-    from repro.model.config import ModelConfig
+    from repro.model.config import ModelConfig  # lazy: repro.model imports torch; keep repro.config light
 
     vocab = int((params.get("tokenizer") or {}).get("vocab_size") or 32000)  # the tokenizer sets the real size
     for prefix, model in (("model.", params.get("model")), ("lm.model.", (params.get("lm") or {}).get("model"))):
@@ -257,8 +257,6 @@ def validate_params(name: str, scale: str, params: Any) -> dict:
 
 def load_run_config(config: Mapping) -> dict:
     """Validate the top-level run config (as Snakemake's ``config``), filling defaults; checks claim ids too."""
-    from repro import registry
-
     cfg = validate(coerce(copy.deepcopy(dict(config)), _schema("config")), _schema("config"), "config")
     known = registry.claim_ids()
     claims = known if cfg["claims"] == "all" else cfg["claims"]
@@ -274,7 +272,7 @@ def load_run_config(config: Mapping) -> dict:
 
 def resolve_device(name: str, key: str = "device"):
     """A torch.device from config: "auto" picks CUDA when present; "cuda" without a GPU fails naming ``key``."""
-    import torch
+    import torch  # lazy: keep repro.config light (the workflow imports it)
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

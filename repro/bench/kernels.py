@@ -29,10 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from repro.bench.fingerprint import fingerprint
+from repro.bench.memory import peak_memory
 from repro.bench.records import atomic_write_json, atomic_write_text
 from repro.bench.timing import flush_l2, paired_ratios, summarize, time_interleaved
 from repro.model.attention import math_attention
@@ -198,7 +201,7 @@ def _norm_fn(op: str, provider: str) -> Callable:
             _COMPILED[op] = torch.compile(_eager_rms if op == "rmsnorm" else _eager_ln)
         return _COMPILED[op]
     if provider == "triton":
-        from repro.kernels import layer_norm, rms_norm
+        from repro.kernels import layer_norm, rms_norm  # lazy: triton (tests set the interpreter up first)
         if op == "rmsnorm":
             return lambda x, w, b, eps: rms_norm(x, w, eps)
         return lambda x, w, b, eps: layer_norm(x, w, b, eps)
@@ -209,7 +212,6 @@ def _attn_fn(provider: str, causal: bool) -> Callable:
     if provider == "math":
         return lambda q, k, v: math_attention(q, k, v, causal=causal)
     if provider.startswith("sdpa"):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
         backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}.get(provider)
 
@@ -220,7 +222,7 @@ def _attn_fn(provider: str, causal: bool) -> Callable:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return run
     if provider == "triton":
-        from repro.kernels import flash_attention
+        from repro.kernels import flash_attention  # lazy: triton
         return lambda q, k, v: flash_attention(q, k, v, causal=causal)
     raise ValueError(f"unknown attention provider {provider!r}")
 
@@ -229,7 +231,7 @@ def _skip_reason(provider: str, device: torch.device) -> str | None:
     if provider == "triton":
         if device.type != "cuda":
             return INTERPRETER_REASON
-        from repro.kernels import triton_available, unavailable_reason
+        from repro.kernels import triton_available, unavailable_reason  # lazy: triton
         if not triton_available():
             return unavailable_reason()
     if provider in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient") and device.type != "cuda":
@@ -265,7 +267,6 @@ def _peak_mb(fn: Callable, device) -> float | None:
     """Peak MiB allocated during one call above the starting level (CUDA allocator on GPU, the
     profiler's allocation events on CPU)."""
     if device.type != "cuda":
-        from repro.bench.memory import peak_memory
         return peak_memory(fn, device) / 2**20
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -504,7 +505,6 @@ def _line(rows: list[dict]) -> str:
 
 def write_csv(rows: list[dict], path: Path) -> None:
     """Long-format CSV, written to a temporary name and renamed."""
-    import pandas as pd
     frame = pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], columns=COLUMNS)
     atomic_write_text(path, frame.to_csv(index=False))
 
@@ -527,7 +527,7 @@ def main(argv=None) -> int:
         fp["software"]["triton"] = triton.__version__
     except ImportError:
         pass
-    from repro.kernels import interpreter_enabled
+    from repro.kernels import interpreter_enabled  # lazy: triton
     fp["kernels"] = {"device": device.type, "triton_interpreter": interpreter_enabled(), "quick": args.quick,
                      "torch_threads": torch.get_num_threads()}
     norm_cfg, attn_cfg = preset(device.type, args.quick)

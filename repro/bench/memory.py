@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 
 def _storage_key(t: torch.Tensor):
@@ -47,7 +48,6 @@ def peak_memory(fn: Callable[[], object], device="cpu") -> int:
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()

@@ -7,6 +7,7 @@ and the published value with its citation where the registry has one.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -14,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from repro import registry
+from repro.bench.fingerprint import config_hash, fingerprint as make_fingerprint
 from repro.bench.stats import (both, decide_interval, decide_within, sample_interval,  # noqa: F401 (re-exported)
                                t_interval)
 from repro.errors import ResultsError
@@ -88,7 +91,6 @@ def metric(claim: str, name: str, value, unit: str = "", *, spread=None, n: int 
     row = {"claim": claim, "metric": name, "unit": unit, "value": value,
            "spread": None if spread is None else float(spread), "n": n, "sweep": sweep}
     if published_key:
-        from repro import registry
         pub = registry.published(claim, published_key)
         value_pub = pub.get("value")
         if published_index is not None and isinstance(value_pub, list):
@@ -205,8 +207,6 @@ def setup_table(claim: str, this_run: Mapping[str, str]) -> list[dict]:
     """The page's "Setup beside the paper" rows: the paper's setup from the registry (``paper_setup`` of the
     claim: model, data, steps, seeds, precision, hardware, ...) beside this run's (``this_run``, built by the claim
     from its config). An aspect known on one side only shows "not stated" on the other."""
-    from repro import registry
-
     paper = registry.claim(claim).get("paper_setup") or {}
     aspects = list(paper) + [a for a in this_run if a not in paper]
     return [{"aspect": a, "paper": str(paper.get(a, "not stated")), "this_run": str(this_run.get(a, "not stated"))}
@@ -220,8 +220,7 @@ def _finite(x):
 def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], verdict: Mapping,
                   config: Mapping, fingerprint: Mapping | None = None) -> Path:
     """Write metrics.csv, config.json, fingerprint.json and (last) verdict.json into ``out_dir``."""
-    import pandas as pd
-    from .fingerprint import config_hash, fingerprint as make_fingerprint
+    import pandas as pd  # lazy: keep `import repro.bench.records` light (the workflow and reports import it)
 
     out = Path(out_dir)
     # verdict.json marks a complete folder: drop the old one first, so a run killed while writing leaves no
@@ -253,8 +252,6 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
 
 
 def _integrity(data: bytes, rows: int) -> dict:
-    import hashlib
-
     return {"rows": int(rows), "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -302,8 +299,6 @@ def check_integrity(path: str | Path, verdict: Mapping | None = None) -> None:
     except FileNotFoundError:
         raise ResultsError(f"{csv_path}: missing (its verdict.json records {rec['rows']} rows); rerun the claim") \
             from None
-    import hashlib
-
     if hashlib.sha256(data).hexdigest() != rec["sha256"]:
         raise ResultsError(f"{csv_path}: damaged or changed since the run: content does not match the sha256 "
                            f"recorded in verdict.json ({rec['rows']} rows recorded); rerun the claim")
@@ -343,7 +338,7 @@ def read_metrics(path: str | Path, verify: bool = True):
     """Load a metrics.csv (or a folder holding one) with the sweep column parsed back into dicts. With ``verify``
     the file is first checked against its verdict.json integrity record. Damage raises ResultsError naming the
     file."""
-    import pandas as pd
+    import pandas as pd  # lazy: keep `import repro.bench.records` light (the workflow and reports import it)
 
     path = Path(path)
     csv_path = path / "metrics.csv" if path.is_dir() else path

@@ -24,6 +24,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from repro.train.bleu import bleu_from_stats, sentence_stats
+from repro.train.decode import decode_ids
+from repro.train.loop import model_loss
+
 log = logging.getLogger("repro.head_pruning")
 
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -76,8 +80,6 @@ class BleuEvaluator:
         self.calls, self.seconds = 0, 0.0
 
     def hypotheses(self, model=None) -> list[str]:
-        from repro.train.decode import decode_ids
-
         t0 = time.perf_counter()
         hyps, _ = decode_ids(model or self.model, self.src_ids, self.bos_id, self.tok.eos_id, self.tok.pad_id,
                              self.dcfg, self.device, self.vocab_limit)
@@ -86,14 +88,10 @@ class BleuEvaluator:
         return [self.tok.decode(h) for h in hyps]
 
     def stats(self, model=None) -> np.ndarray:
-        from repro.train.bleu import sentence_stats
-
         return sentence_stats(self.hypotheses(model), self.refs)
 
 
 def bleu(stats: np.ndarray) -> float:
-    from repro.train.bleu import bleu_from_stats
-
     return float(bleu_from_stats(np.asarray(stats).sum(0)))
 
 
@@ -104,8 +102,6 @@ def head_importance(model, batches: list, pad_id: int, pruned: Iterable[Head] = 
     the output projection) or over the batches (``"batch"``: |dL/d xi_h| of each batch's summed NLL, as
     Michel et al.'s code accumulates it), divided by the target tokens, then l2-normalised within each layer
     (one attention module).  Pruned heads keep gate 0 while scoring and are left out of the result."""
-    from repro.train.loop import model_loss
-
     if granularity not in ("sentence", "batch"):
         raise ValueError(f"head_pruning.importance.granularity: {granularity!r} is not sentence or batch")
     pruned = set(pruned)

@@ -15,8 +15,9 @@ import torch
 
 from repro import registry
 from repro.bench.records import check, metric, setup_table, verdict_from_checks
-from repro.model import DecoderLM, EncoderDecoder, EncoderModel, ModelConfig, count_by_slot, active_parameters
+from repro.model import DecoderLM, EncoderDecoder, EncoderModel, ModelConfig, active_parameters, count_by_slot
 from repro.model.ffn import swiglu_hidden
+from repro.model.hf_import import count_folder
 
 CLAIM = "param_accounting"
 log = logging.getLogger("repro.param_accounting")
@@ -35,8 +36,6 @@ def build(spec: dict):
     config.json (repro.model.hf_import), whose own total (the elements of the safetensors tensors the model reads,
     from the file headers) is reported beside the suite's count as ``checkpoint_total``."""
     if spec.get("hf_folder"):
-        from repro.model.hf_import import count_folder
-
         c = count_folder(spec["hf_folder"])
         return c["model"], c["checkpoint_params"]
     cfg = ModelConfig.from_dict(spec["model"])

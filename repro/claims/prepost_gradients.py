@@ -32,6 +32,7 @@ from repro.bench.records import (atomic_write_json, both, check, decide_interval
                                  t_interval, verdict_from_checks)
 from repro.bench.stats import fit_slope, mean_std
 from repro.config import resolve_device
+from repro.data import encode_corpus, load_corpus, load_data_bin, token_batches, train_sentencepiece
 from repro.model import BlockConfig, EncoderDecoder, ModelConfig, make_norm
 from repro.model.block import Block
 from repro.model.init import init_weights
@@ -47,10 +48,7 @@ def real_batches(data: dict, out: Path) -> tuple[list, int, int]:
 
     From a fairseq data-bin when ``data.data_bin`` is set, else from ``data.corpus`` with a sentencepiece model
     (``data.vocab_size``) trained into ``out/_work``. Returns (batches, vocabulary size, pad id)."""
-    from repro.data import encode_corpus, load_corpus, token_batches, train_sentencepiece
-
     if data.get("data_bin"):
-        from repro.data import load_data_bin
         path = Path(data["data_bin"])
         if not path.is_dir():
             raise FileNotFoundError(f"data.data_bin: {path} is not a directory")

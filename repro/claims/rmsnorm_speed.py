@@ -42,7 +42,7 @@ def op_level(p: dict, device, out: Path) -> list[dict]:
     """RMSNorm vs LayerNorm per provider via the kernel benchmark's sweep; raw rows go to out/kernels_norms.csv."""
     sweep = {**p["op_sweep"], "device": device.type}
     if "compile" in sweep.get("providers", ()):
-        import torch._inductor.config as inductor_config
+        import torch._inductor.config as inductor_config  # lazy: slow import, only for the compile provider
         inductor_config.compile_threads = p["compile_threads"]  # no compile-worker pool competing with the timing
     krows = kernels.run_norm_sweep(sweep, log=log.info)
     kernels.write_csv(krows, out / "kernels_norms.csv")

@@ -389,7 +389,7 @@ class DataBin:
         eos 2), ready for ``token_batches``.  Source arrays keep their trailing eos; the target's
         trailing eos is removed (batching adds it back to ``tgt_out``).  A joined dictionary is
         required for a shared embedding, but not checked here."""
-        from repro.data.batching import EncodedCorpus
+        from repro.data.batching import EncodedCorpus  # lazy: batching imports torch; the reader needs numpy only
 
         if on_long not in ("drop", "truncate", "error"):
             raise ValueError(f"on_long must be drop, truncate or error, got {on_long!r}")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from repro.data.corpus import load_corpus
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
@@ -147,8 +149,6 @@ class Tokenizer:
 
 
 def main(argv=None) -> int:
-    from repro.data.corpus import load_corpus
-
     ap = argparse.ArgumentParser(description="Train a joint sentencepiece model on a corpus's train split.")
     ap.add_argument("--corpus", required=True, help="corpus directory or name under data/")
     ap.add_argument("--direction", default="de-en")

@@ -36,7 +36,7 @@ def attention_core(q, k, v, *, backend: str, causal: bool = False, key_padding_m
     if causal and Tq != Tk:
         raise ValueError(f"causal attention needs equal query and key lengths, got {Tq} and {Tk}")
     if backend == "triton":
-        from repro.kernels import flash_attention
+        from repro.kernels import flash_attention  # lazy: triton only when this backend is used
         return flash_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
     if backend == "sdpa":
         mask = None

@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 from repro.errors import ConfigError
 
+from .rope import ROPE_SCALING_TYPES
+
 NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "none")
 NORM_POSITIONS = ("pre", "post")
 NORM_IMPLS = ("torch", "manual", "triton")
@@ -111,8 +113,6 @@ class BlockConfig:
             raise ConfigError(f"{p}attn_dropout: the triton attention backend has no dropout; set it to 0")
 
     def _check_rope(self, p: str) -> None:
-        from .rope import ROPE_SCALING_TYPES
-
         if not isinstance(self.rope, bool):
             raise ConfigError(f"{p}rope: must be true or false, got {self.rope!r}")
         if not isinstance(self.rope_base, (int, float)) or isinstance(self.rope_base, bool) or not self.rope_base > 1:

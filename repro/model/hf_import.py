@@ -39,9 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import sentencepiece as spm
 import torch
+from safetensors import safe_open
 
 from repro.errors import HFImportError
+
+from .config import BlockConfig, ModelConfig
+from .models import DecoderLM, EncoderModel, sinusoidal_table
+from .params import active_parameters, count_by_slot
 
 log = logging.getLogger("repro.model")
 
@@ -97,8 +103,6 @@ def weight_files(folder: Path) -> dict[str, Path]:
             out[name] = p
         return out
     if single.exists():
-        from safetensors import safe_open
-
         with safe_open(str(single), framework="pt") as f:
             return {k: single for k in f.keys()}
     pickled = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
@@ -122,7 +126,6 @@ class _Tensors:
     def get(self, name: str) -> torch.Tensor:
         if name not in self.files:
             raise HFImportError(f"{self.folder}: missing tensor {name!r} in the safetensors files")
-        from safetensors import safe_open
 
         path = self.files[name]
         if path not in self._handles:
@@ -131,8 +134,6 @@ class _Tensors:
         return self._handles[path].get_tensor(name)
 
     def numel(self, names) -> int:
-        from safetensors import safe_open
-
         total = 0
         by_file: dict[Path, list[str]] = {}
         for n in names:
@@ -173,8 +174,6 @@ def _rope(cfg: Mapping, path: Path) -> tuple[float, dict | None]:
 
 # ------------------------------------------------------------------------------------------------------- families
 def _llama(cfg: Mapping, folder: Path):
-    from .config import BlockConfig, ModelConfig
-
     path = folder / "config.json"
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
@@ -222,8 +221,6 @@ def _llama(cfg: Mapping, folder: Path):
 
 
 def _gpt2(cfg: Mapping, folder: Path):
-    from .config import BlockConfig, ModelConfig
-
     path = folder / "config.json"
     acts = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
     act = cfg.get("activation_function", "gelu_new")
@@ -264,8 +261,6 @@ def _gpt2(cfg: Mapping, folder: Path):
 
 
 def _opt(cfg: Mapping, folder: Path):
-    from .config import BlockConfig, ModelConfig
-
     path = folder / "config.json"
     d = _req(cfg, "hidden_size", folder)
     if cfg.get("word_embed_proj_dim", d) != d:
@@ -312,8 +307,6 @@ def _opt(cfg: Mapping, folder: Path):
 
 
 def _bert(cfg: Mapping, folder: Path):
-    from .config import BlockConfig, ModelConfig
-
     path = folder / "config.json"
     if cfg.get("position_embedding_type", "absolute") != "absolute":
         raise HFImportError(f"{path}: position_embedding_type={cfg['position_embedding_type']!r} is not supported")
@@ -406,8 +399,6 @@ class _Plan:
     tensors: _Tensors
 
     def build(self, device="cpu"):
-        from .models import DecoderLM, EncoderModel
-
         with torch.device(device):
             return DecoderLM(self.mcfg) if self.kind == "decoder_lm" else EncoderModel(self.mcfg)
 
@@ -446,8 +437,6 @@ def count_folder(folder: str | Path) -> dict:
     """Parameters of a checkpoint folder without loading weights: the suite's model built from config.json on the
     meta device (``count_by_slot``) beside the checkpoint's own total, the elements of the tensors the model reads
     (from the safetensors headers)."""
-    from .params import active_parameters, count_by_slot
-
     plan = plan_folder(folder)
     missing = [k for k in plan.mapping if k not in plan.tensors]
     if missing:
@@ -459,8 +448,6 @@ def count_folder(folder: str | Path) -> dict:
 
 def _materialize_buffers(model: torch.nn.Module, device) -> None:
     """Non-persistent buffers of a model built on the meta device, made real (head gates, sinusoid tables)."""
-    from .models import sinusoidal_table
-
     for module in model.modules():
         for name, buf in list(module.named_buffers(recurse=False)):
             if buf is None or buf.device.type != "meta":
@@ -480,8 +467,6 @@ def load_pretrained(folder: str | Path, dtype: torch.dtype = torch.float32, devi
     ``dtype``/``device``: where the weights end up; the model is built on the meta device and takes the
     checkpoint's tensors (converted to ``dtype``) directly, so a 7B model needs its weights' memory once.
     ``attention``: the block's attention backend (default "sdpa"; "math" or "triton" work the same)."""
-    from .params import count_by_slot
-
     plan = plan_folder(folder, attention)
     folder, mcfg, tensors = plan.folder, plan.mcfg, plan.tensors
     model = plan.build("meta")
@@ -560,14 +545,12 @@ def load_tokenizer(folder: str | Path, cfg: Mapping | None = None) -> HFTokenize
     cfg = cfg if cfg is not None else read_config(folder)
     spm_path, json_path = folder / "tokenizer.model", folder / "tokenizer.json"
     if spm_path.exists():
-        import sentencepiece as spm
-
         sp = spm.SentencePieceProcessor(model_file=str(spm_path))
         enc, dec, path = (lambda s: sp.encode(s)), (lambda ids: sp.decode(ids)), spm_path
         bos, eos = sp.bos_id(), sp.eos_id()
     elif json_path.exists():
         try:
-            from tokenizers import Tokenizer
+            from tokenizers import Tokenizer  # lazy: optional (comes with transformers), for tokenizer.json only
         except ImportError:
             raise HFImportError(f"{json_path}: reading tokenizer.json needs the 'tokenizers' package "
                                 "(pip install tokenizers)") from None

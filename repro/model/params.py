@@ -10,6 +10,8 @@ from collections import Counter
 
 from torch import nn
 
+from .ffn import MoE
+
 SLOTS = ("attention", "ffn", "router", "norms", "embeddings", "other")
 
 
@@ -35,8 +37,6 @@ def count_by_slot(model: nn.Module) -> dict[str, int]:
 
 def active_parameters(model: nn.Module) -> int:
     """Parameters used per token: for MoE layers only top_k of n_experts experts run (Mixtral's "active")."""
-    from .ffn import MoE
-
     total = count_by_slot(model)["total"]
     for m in model.modules():
         if isinstance(m, MoE):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -114,8 +115,6 @@ def rtn(w: torch.Tensor, bits: int, group_size: int | None = None, sym: bool = F
 # ------------------------------------------------------------------------------------------------ bit packing
 def pack_bits(codes: torch.Tensor, bits: int) -> bytes:
     """Pack non-negative integer codes (< 2^bits) densely into ceil(n * bits / 8) bytes (LSB first)."""
-    import numpy as np
-
     v = codes.flatten().to(torch.int64).cpu().numpy()
     if v.size and (int(v.min()) < 0 or int(v.max()) >> bits):
         raise ValueError(f"a code does not fit in {bits} bits")
@@ -125,8 +124,6 @@ def pack_bits(codes: torch.Tensor, bits: int) -> bytes:
 
 def unpack_bits(data: bytes, bits: int, n: int) -> torch.Tensor:
     """Inverse of :func:`pack_bits`: the first ``n`` codes (int16)."""
-    import numpy as np
-
     flat = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")[: n * bits].reshape(n, bits)
     vals = (flat.astype(np.int64) << np.arange(bits)).sum(1)
     return torch.from_numpy(vals).to(torch.int16)

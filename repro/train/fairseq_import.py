@@ -33,6 +33,7 @@ module reads the file format directly:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import re
@@ -42,7 +43,12 @@ from typing import Any, Mapping
 
 import torch
 
+from repro.data import read_fairseq_dictionary
 from repro.errors import FairseqImportError
+from repro.model import BlockConfig, ModelConfig
+from repro.model.models import EncoderDecoder
+from repro.train.loop import CKPT_NAME, save_checkpoint
+from repro.train.pipeline import require_path
 
 log = logging.getLogger("repro.train")
 
@@ -101,8 +107,6 @@ def _arg(a: Mapping, key: str, default):
 
 def model_config_from_args(a: Mapping, src_vocab: int, tgt_vocab: int, pad_id: int, path="checkpoint"):
     """ModelConfig equivalent to the fairseq transformer described by ``a`` (base_architecture defaults)."""
-    from repro.model import BlockConfig, ModelConfig
-
     e_dim = _arg(a, "encoder_embed_dim", 512)
     d_dim = _arg(a, "decoder_embed_dim", e_dim)
     e_ffn = _arg(a, "encoder_ffn_embed_dim", 2048)
@@ -192,9 +196,6 @@ def import_fairseq_checkpoint(path: str | Path, src_dict: str | Path | None = No
 
     Dictionaries default to ``dict.<src>.txt`` / ``dict.<tgt>.txt`` beside the checkpoint, with the languages
     from the checkpoint's ``source_lang``/``target_lang`` (or ``direction`` like "de-en")."""
-    from repro.data import read_fairseq_dictionary
-    from repro.model.models import EncoderDecoder
-
     path = Path(path)
     state = safe_load(path)
     a = checkpoint_args(state, path)
@@ -291,11 +292,6 @@ def import_fairseq_checkpoint(path: str | Path, src_dict: str | Path | None = No
 def import_to_checkpoint(params: Mapping, out_dir: str | Path) -> Path:
     """Snakemake's paper-scale path: import ``params["fairseq_checkpoint"]`` and save it as the suite's
     ``checkpoint_last.pt`` (loadable with :func:`repro.train.pipeline.load_trained`)."""
-    import json
-
-    from repro.train.loop import CKPT_NAME, save_checkpoint
-    from repro.train.pipeline import require_path
-
     ck = require_path(params.get("fairseq_checkpoint"), "fairseq_checkpoint", "fairseq checkpoint file")
     c = params["corpus"]
     sl, tl = c["direction"].split("-")

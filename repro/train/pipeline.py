@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,8 +25,13 @@ from typing import Any, Mapping
 import torch
 
 from repro.bench.records import remove_stale_temps
+from repro.data import (Corpus, Tokenizer, encode_corpus, load_corpus, load_data_bin, read_fairseq_dictionary,
+                        token_batches)
 from repro.errors import ConfigError
+from repro.model import ModelConfig
 from repro.model.init import init_fairseq_qkv_gain1
+from repro.model.models import DecoderLM, EncoderDecoder
+from repro.train.decode import DecodeConfig, decode_ids, translate
 from repro.train.loop import CKPT_NAME, configs_from_params, load_checkpoint, train, write_summary
 
 log = logging.getLogger("repro.train")
@@ -40,12 +48,8 @@ def require_path(value, key: str, kind: str = "path") -> Path:
 
 def load_data(params: Mapping):
     """The corpus in the configured direction, truncated to ``max_train_pairs`` / ``max_eval_pairs``."""
-    from repro.data import Corpus, load_corpus
-
     c = params["corpus"]
     if c["format"] == "data_bin":
-        from repro.data import load_data_bin
-
         db = load_data_bin(require_path(c["path"], "corpus.path", "fairseq data-bin directory"), c["direction"])
         src, tgt = c["direction"].split("-")
         corpus = Corpus(name=Path(c["path"]).name, src_lang=src, tgt_lang=tgt)
@@ -74,13 +78,9 @@ def load_tokenizer(path: str | Path, bpe_symbol: str | None = "@@ "):
     """A sentencepiece model (``.model``) or a fairseq dictionary (``dict.<lang>.txt``)."""
     p = Path(path)
     if p.suffix == ".txt":
-        from repro.data import read_fairseq_dictionary
-
         d = read_fairseq_dictionary(p)
         d.bpe_symbol = bpe_symbol
         return d
-    from repro.data import Tokenizer
-
     return Tokenizer.load(p)
 
 
@@ -94,9 +94,6 @@ def resolve_tokenizer(path: str | Path) -> str:
 
 def build_model(model_params: Mapping, vocab_size: int, pad_id: int, kind: str = "encdec"):
     """EncoderDecoder (``kind="encdec"``) or DecoderLM (``"lm"``) from a ``model`` section of the config."""
-    from repro.model import ModelConfig
-    from repro.model.models import DecoderLM, EncoderDecoder
-
     cfg = ModelConfig.from_dict({**dict(model_params), "vocab_size": int(vocab_size), "pad_id": int(pad_id)})
     if kind not in ("encdec", "lm"):
         raise ValueError(f"kind must be encdec or lm, got {kind!r}")
@@ -107,8 +104,6 @@ def build_model(model_params: Mapping, vocab_size: int, pad_id: int, kind: str =
 
 def encode_splits(params: Mapping, tokenizer, corpus, max_len: int) -> dict:
     """EncodedCorpus per split: training pairs over ``max_len`` dropped, valid pairs truncated."""
-    from repro.data import encode_corpus
-
     db = getattr(corpus, "data_bin", None)
     if db is not None:
         return {"train": db.encoded("train", max_len, "drop"), "valid": db.encoded("valid", max_len, "truncate")}
@@ -118,14 +113,10 @@ def encode_splits(params: Mapping, tokenizer, corpus, max_len: int) -> dict:
 
 def batches_fn(encoded, max_tokens: int, seed: int):
     """``epoch -> batches``: a new deterministic order per epoch (seed + epoch), as ``train`` expects."""
-    from repro.data import token_batches
-
     return lambda epoch: token_batches(encoded, max_tokens, shuffle=True, seed=seed + epoch)
 
 
 def valid_batches(encoded, max_tokens: int) -> list:
-    from repro.data import token_batches
-
     return list(token_batches(encoded, max_tokens, shuffle=False))
 
 
@@ -137,10 +128,6 @@ def train_from_params(params: Mapping, tokenizer_path: str | Path, out_dir: str 
     Resumable state lives in ``work_dir`` (default ``out_dir``); with a separate ``work_dir`` the final
     checkpoint is copied to ``out_dir`` only when training ends, so a workflow manager that deletes the
     outputs of an interrupted job does not delete the state to resume from."""
-    import os
-    import shutil
-    import time
-
     tokenizer_path = resolve_tokenizer(tokenizer_path)
     out = Path(out_dir)
     work = Path(work_dir) if work_dir else out
@@ -196,16 +183,12 @@ class Trained:
 
     def translate(self, sources: list[str], cfg=None, device="cpu"):
         """Hypotheses (text) and decoding stats for ``sources``; ``cfg`` a DecodeConfig (default greedy)."""
-        from repro.train.decode import translate
-
         return translate(self.model, self.tokenizer, sources, cfg, device=device, bos_id=self.bos_id,
                          src_tokenizer=self.src_tokenizer, vocab_limit=self.vocab_limit)
 
     def translate_split(self, corpus, split: str = "test", cfg=None, device="cpu"):
         """Hypotheses for a corpus split.  For a fairseq data-bin corpus the stored (BPE) source ids are decoded
         and the output has BPE removed (``corpus.bpe_symbol``), so references and hypotheses are both plain text."""
-        from repro.train.decode import DecodeConfig, decode_ids
-
         db = getattr(corpus, "data_bin", None)
         if db is None:
             return self.translate(corpus.sources(split), cfg, device)
@@ -220,9 +203,6 @@ class Trained:
 
 def load_trained(path: str | Path, device="cpu", tokenizer_path: str | Path | None = None) -> Trained:
     """Load ``checkpoint_last.pt`` (or a folder holding it) written by training or by the fairseq import."""
-    from repro.model import ModelConfig
-    from repro.model.models import DecoderLM, EncoderDecoder
-
     p = Path(path)
     if p.is_dir():
         p = p / CKPT_NAME
