@@ -26,6 +26,8 @@ import copy
 import logging
 from pathlib import Path
 
+from repro.errors import ArtefactError  # a shared artefact or a model path is missing or wrong
+
 log = logging.getLogger("repro.artefacts")
 
 CKPT_NAME = "checkpoint_last.pt"
@@ -36,10 +38,6 @@ ARTEFACTS = {
     "translation_model": ("translation", CKPT_NAME, "folder"),
     "lm": ("lm", CKPT_NAME, "folder"),
 }
-
-
-class ArtefactError(ValueError):
-    """A shared artefact or a model path is missing or wrong; the message names the config key to set."""
 
 
 def _spec(name: str) -> tuple[str, str, str]:
@@ -159,7 +157,7 @@ def load_hf_model(path: str | Path, device="cpu", dtype=None):
 
 def tokenizer_file(path: str | Path, claim: str, key: str = "tokenizer_path") -> str:
     """The tokenizer a ``tokenizer.json`` (the artefact) names, or a .model / dict file given directly."""
-    from repro.train.prepare import resolve_tokenizer
+    from repro.train.pipeline import resolve_tokenizer
 
     if not Path(path).exists():
         raise ArtefactError(f"{claim}.{key}: {path} does not exist")

@@ -5,7 +5,8 @@
   dotted key. ``TrainConfigError`` (training parameters, repro.train.loop) and ``RegistryError`` (the published
   numbers, repro/registry/published.yaml) are kinds of it.
 - ``ResultsError``: a results file is missing, damaged or does not match its integrity record.
-- ``ArtefactError``: an input artefact (corpus, tokenizer, checkpoint, imported model) is missing or malformed. Kinds:
+- ``ArtefactError``: an input artefact (corpus, tokenizer, checkpoint, imported model) is missing or malformed; the
+  shared trained artefacts of repro.artefacts raise it naming the claim's config key. Kinds:
   ``CorpusError``, ``MoFormatError`` (.mo catalogs), ``FairseqFormatError`` (fairseq data-bins and dictionaries),
   ``CheckpointError`` (the suite's checkpoints), ``FairseqImportError`` and ``HFImportError`` (imported models).
 """

@@ -88,9 +88,10 @@ def test_benchmark_math_attention_is_the_model_formula(causal):
 
 
 def test_error_hierarchy():
-    from repro import config
+    from repro import artefacts, config
     from repro.model import config as model_config
     assert config.ConfigError is model_config.ConfigError is errors.ConfigError
+    assert artefacts.ArtefactError is errors.ArtefactError
     for e in (errors.ConfigError, errors.ResultsError, errors.ArtefactError):
         assert issubclass(e, errors.ReproError) and issubclass(e, ValueError)
     for e in (errors.CorpusError, errors.CheckpointError, errors.HFImportError, errors.FairseqImportError,
