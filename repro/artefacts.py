@@ -26,7 +26,11 @@ import copy
 import logging
 from pathlib import Path
 
+from repro import config
 from repro.errors import ArtefactError  # a shared artefact or a model path is missing or wrong
+
+# The workflow (repro/workflow.py) imports this module while Snakemake builds the DAG, for the artefacts' paths; the
+# loaders below import torch-heavy modules (repro.train, repro.model.hf_import) when they are called, not here.
 
 log = logging.getLogger("repro.artefacts")
 
@@ -89,8 +93,6 @@ def translation_params(params: dict, scale: str) -> dict:
     ``params["translation"]``, else config/claims/translation.yaml at ``scale`` (a hand run)."""
     if params.get("translation"):
         return params["translation"]
-    from repro import config
-
     return config.section("translation", scale)
 
 

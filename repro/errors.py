@@ -3,7 +3,8 @@
 - ``ReproError``: base of all (a ``ValueError``: bad input, refused before anything runs where possible).
 - ``ConfigError``: a config or ``--params`` value is missing or invalid; the message starts with the file or the
   dotted key. ``TrainConfigError`` (training parameters, repro.train.loop) and ``RegistryError`` (the published
-  numbers, repro/registry/published.yaml) are kinds of it.
+  numbers, repro/registry/published.yaml) are kinds of it, as are the claims' own parameter errors
+  (head_pruning's ClaimParamError, LayerPruningError, QuantizationError).
 - ``ResultsError``: a results file is missing, damaged or does not match its integrity record.
 - ``ArtefactError``: an input artefact (corpus, tokenizer, checkpoint, imported model) is missing or malformed; the
   shared trained artefacts of repro.artefacts raise it naming the claim's config key. Kinds:

@@ -8,13 +8,20 @@ Progress goes to stderr (the rule's log).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
+import math
+import os
+import textwrap
 import time
 from pathlib import Path
 from typing import Callable
 
-from repro.cli import positive_int, setup_logging  # noqa: F401 (setup_logging: also used by claims)
+from repro import config
+from repro.bench.fingerprint import fingerprint, slug
+from repro.bench.records import atomic_write_json, read_metrics, remove_stale_temps, write_results
+from repro.cli import load_params, positive_int, setup_logging  # noqa: F401 (setup_logging: also used by claims)
 
 log = logging.getLogger("repro")
 
@@ -44,10 +51,6 @@ def _lookup(params: dict | None, dotted: str):
 def parameters_help(claim: str) -> str:
     """The --help epilog: every parameter of the claim with its meaning (config/schema/<claim>.schema.yaml) and its
     value at each scale (config/claims/<claim>.yaml, defaults filled), then example commands."""
-    import textwrap
-
-    from repro import config
-
     values, problems = {}, []
     for scale in config.SCALES:
         try:
@@ -109,31 +112,17 @@ def main(claim: str, run: Callable, argv=None) -> int:
     if args.rejudge:
         rejudge(claim, args.out, args.scale)
         return 0
-    from repro import config
-    from repro.bench.records import remove_stale_temps, write_results
-
-    try:
-        if args.params:
-            try:
-                params = json.loads(args.params)
-            except json.JSONDecodeError as exc:
-                parser.error(f"--params: not valid JSON ({exc})")
-            # checked like the config files (a hand-written '{}' names the first missing key, not a KeyError later)
-            params = config.validate_params(claim, args.scale, params)
-        else:
-            params = config.section(claim, args.scale)
-        if args.input:
-            given = dict(item.split("=", 1) if "=" in item else (item, None) for item in args.input)
-            bad = [k for k, v in given.items() if not v]
-            if bad:
-                parser.error(f"--input {bad[0]}: expected PARAM=PATH")
+    params = load_params(parser, claim, args.scale, args.params)
+    if args.input:  # the shared artefacts the workflow built for this claim (config: workflow.needs)
+        given = dict(item.split("=", 1) if "=" in item else (item, None) for item in args.input)
+        bad = [k for k, v in given.items() if not v]
+        if bad:
+            parser.error(f"--input {bad[0]}: expected PARAM=PATH")
+        try:
             params = config.validate_params(claim, args.scale, {**params, **given})
-    except config.ConfigError as exc:
-        parser.error(f"--params/--input: {exc}")
+        except config.ConfigError as exc:
+            parser.error(f"--input: {exc}")
     if args.hardware:
-        import os
-
-        from repro.bench.fingerprint import slug
         if slug(args.hardware) != args.hardware:
             parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
         os.environ["REPRO_HARDWARE_ID"] = args.hardware
@@ -156,13 +145,6 @@ def rejudge(claim: str, out: Path, scale: str) -> dict:
     keys the current rule needs and the old run did not record (new thresholds) come from the current
     config/claims/<claim>.yaml at that scale. The fingerprint (hardware, software, measurement commit) and
     metrics.csv are kept as they are; verdict.json gains ``rejudged`` with this commit and time."""
-    import importlib
-    import math
-
-    from repro import config
-    from repro.bench.fingerprint import fingerprint
-    from repro.bench.records import atomic_write_json, read_metrics
-
     out = Path(out)
     for name in ("metrics.csv", "config.json", "verdict.json", "fingerprint.json"):
         if not (out / name).is_file():

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from repro import artefacts
+from repro.errors import ConfigError
 from repro.bench.records import check, gate, gated, metric, setup_table, verdict_from_checks
 from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
                                  head_importance, pruned_copy, pruning_levels, set_pruned)
@@ -36,7 +37,7 @@ CLAIM = "head_pruning"
 log = logging.getLogger("repro.head_pruning")
 
 
-class ClaimParamError(ValueError):
+class ClaimParamError(ConfigError):
     """A head_pruning parameter or path is missing or wrong; the message names the key."""
 
 

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from repro import artefacts
+from repro.errors import ConfigError
 from repro.bench.records import (atomic_write_json, atomic_write_text, check, gate, metric, setup_table,
                                  verdict_from_checks)
 
@@ -53,7 +54,7 @@ STACKS = ("encoder", "decoder", "lm")
 RULES = ("bi", "angular", "last", "random")
 
 
-class LayerPruningError(ValueError):
+class LayerPruningError(ConfigError):
     """A layer_pruning parameter or path is missing or wrong; the message names the config key."""
 
 

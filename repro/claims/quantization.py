@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from repro import artefacts
+from repro.errors import ConfigError
 from repro import quant as Q
 from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
                                  t_interval, verdict_from_checks)
@@ -61,7 +62,7 @@ log = logging.getLogger("repro.quantization")
 MODELS = ("lm", "translation")
 
 
-class QuantizationError(ValueError):
+class QuantizationError(ConfigError):
     """A quantization parameter or path is missing or wrong; the message names the config key."""
 
 
