@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
+from . import ResultFiles, PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
 
 VOITA_ENCODER_HEADS = 48  # Voita et al.'s Transformer-base encoder: 6 layers x 8 heads (the model, not a result)
 
@@ -22,7 +22,7 @@ def _sel(m: pd.DataFrame, name: str) -> pd.DataFrame:
     return d
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     abl = _sel(metrics, "ablation_bleu_delta")
     if len(abl):

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import legend_outside, published_band, published_line, save  # noqa: E402
+from . import ResultFiles, legend_outside, published_band, published_line, save  # noqa: E402
 
 STACKS = ("encoder", "decoder", "lm")
 QUALITY = {"encoder": ("bleu", "BLEU (test subset)"), "decoder": ("bleu", "BLEU (test subset)"),
@@ -37,7 +37,7 @@ def _published_band():
         return {}
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     stacks = [s for s in STACKS if ((metrics["metric"] == "n_layers") & (_col(metrics, "stack") == s)).any()]
     if not stacks:

@@ -8,10 +8,10 @@ import pandas as pd
 import seaborn as sns
 
 
-from . import legend_outside, published, published_line, save as _save, with_sweep as _sweep
+from . import ResultFiles, legend_outside, published, published_line, save as _save, with_sweep as _sweep
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     g = metrics[(metrics["metric"] == "weight_grad_norm")]
     g = _sweep(g, "norm", "position", "stack", "layer", "matrix", "seed", "depth")

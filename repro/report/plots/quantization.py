@@ -7,10 +7,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from . import save as _save, with_sweep as _sweep
+from . import ResultFiles, save as _save, with_sweep as _sweep
 
 
-def plots(metrics, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     p = _sweep(metrics[metrics["metric"] == "valid_ppl"], "model", "method", "family", "bits", "calibration_seed")
     if len(p):

@@ -4,7 +4,6 @@ Every configuration ran once per seed: lines and bars are the seeds' mean, bands
 the unigram entropy of the training targets (the gate of the verdict) is drawn on the validation-NLL panels."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import legend_outside, published_points  # noqa: E402
+from . import ResultFiles, legend_outside, published_points  # noqa: E402
 
 
 def _label(s: dict) -> str:
@@ -24,18 +23,18 @@ def _label(s: dict) -> str:
     return f"{s['position']}-{kind}, {w}"
 
 
-def _curves(results_dir: Path) -> pd.DataFrame:
-    """Training loss (smoothed) and validation NLL per run, from curves/<run>.csv and runs.json."""
-    runs_file = results_dir / "runs.json"
-    if not runs_file.exists():
+def _curves(files: ResultFiles) -> pd.DataFrame:
+    """Training loss (smoothed) and validation NLL per run, from the declared runs.json and curves/<run>.csv."""
+    if "runs.json" not in files.names():
         return pd.DataFrame()
-    runs = {r["name"]: r for r in json.loads(runs_file.read_text())["runs"]}
+    runs = {r["name"]: r for r in files.read_json("runs.json")["runs"]}
+    curves = set(files.names("curves/*.csv"))
     frames = []
     for name, r in runs.items():
-        f = results_dir / "curves" / f"{name}.csv"
-        if not f.exists():
+        f = f"curves/{name}.csv"
+        if f not in curves:
             continue
-        c = pd.read_csv(f)
+        c = files.read_csv(f)
         if not len(c):
             continue
         win = max(1, len(c) // 20)
@@ -61,10 +60,10 @@ def _entropy_lines(g, metrics: pd.DataFrame, all_axes: bool = False) -> None:
         ax.text(ax.get_xlim()[0], float(h.iloc[0]), " unigram entropy", fontsize=6, va="bottom", color="gray")
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
-    results_dir, out_dir = Path(results_dir), Path(out_dir)
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    out_dir = Path(out_dir)
     out: list[tuple[str, str]] = []
-    cur = _curves(results_dir)
+    cur = _curves(files)
     if len(cur):
         main = cur[cur["groups"].str.contains("xiong|nguyen")]
         main = main[main["value"].map(lambda x: math.isfinite(x))]
