@@ -65,7 +65,8 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
         ax.set_xlabel("heads pruned (%)"); ax.set_ylabel("BLEU (test subset)")
         legend_outside(ax)
         save(fig, out_dir, "pruning_curve.png")
-        out.append(("pruning_curve.png", "BLEU vs fraction of heads pruned (10% per step), lowest Michel importance "
+        out.append(("pruning_curve.png", f"BLEU vs fraction of heads pruned ({published('head_pruning', 'michel_prune_step'):g}% per step), "
+                                         "lowest Michel importance "
                                          "first vs random orders; dashed: Michel et al.'s WMT figures (Fig. 3)."))
     kept = _sel(metrics, "l0_heads_kept")
     delta = _sel(metrics, "l0_bleu_delta")

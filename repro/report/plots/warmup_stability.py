@@ -14,7 +14,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import ResultFiles, legend_outside, published_points  # noqa: E402
+from . import ResultFiles, legend_outside, published, published_points  # noqa: E402
+
+
+CLAIM = "warmup_stability"
 
 
 def _label(s: dict) -> str:
@@ -112,8 +115,11 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
         plt.close(fig)
         out.append(("bleu.png", "Final BLEU per configuration (bars: mean over seeds, whiskers one standard "
                     "deviation, dots the seeds) and the papers' BLEU for the same configuration (black X; Xiong: "
-                    "Post-LN 8.45 without warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; Nguyen & Salazar "
-                    "Table 5 at 4-6 layers). A diverged run scores 0; the dashed line is copying the source."))
+                    f"Post-LN {published(CLAIM, 'xiong_postln_no_warmup_bleu'):g} without warm-up, "
+                    f"{published(CLAIM, 'xiong_postln_warmup500_lr5e4_bleu'):g} / "
+                    f"{published(CLAIM, 'xiong_postln_warmup500_lr1e3_bleu'):g} with warm-up 500 at lr 5e-4 / 1e-3; "
+                    "Nguyen & Salazar Table 5 at 4-6 layers). A diverged run scores 0; the dashed line is copying the "
+                    "source."))
     nll = metrics[metrics["metric"] == "final_valid_nll"].copy()
     div = metrics[metrics["metric"] == "diverged"].copy()
     if len(nll):
