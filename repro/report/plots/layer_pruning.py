@@ -149,7 +149,7 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
         legend_outside(axes[0][-1])
         save(fig, out_dir, "quality_vs_removed.png")
         out.append(("quality_vs_removed.png", "Quality vs % of layers removed per selection rule (random: mean over "
-                    "seeds; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Black: Gromov's collapse points "
+                    "seeds; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Black: Gromov's collapse points"
                     + _gromov_text() + "."))
     # 4. healed vs unhealed validation NLL (Gromov Fig 3 analogue)
     nll = metrics[metrics["metric"] == "valid_nll"].copy()
