@@ -33,6 +33,7 @@ def tiny_model(tmp_path_factory):
 
 def test_tiny_run(tiny_model, tmp_path):
     from repro.bench.records import read_metrics, write_results
+    from repro.report.plots import ResultFiles
     from repro.report.plots.head_pruning import plots
 
     params = section("head_pruning", "tiny")
@@ -59,7 +60,7 @@ def test_tiny_run(tiny_model, tmp_path):
     assert {r["sweep"]["order"] for r in by("prunable_fraction")} == {"importance", "importance_raw"}
     assert all(0 <= r["value"] <= 100 for r in by("prunable_fraction"))
     write_results(tmp_path, claim="head_pruning", scale="tiny", metrics=rows, verdict=verdict, config=params)
-    figs = plots(read_metrics(tmp_path), tmp_path, tmp_path)
+    figs = plots(read_metrics(tmp_path), ResultFiles.of(tmp_path), tmp_path)
     assert {f for f, _ in figs} == {"ablation.png", "pruning_curve.png", "l0_budgets.png", "speedup.png"}
     assert all((tmp_path / f).stat().st_size > 0 for f, _ in figs)
 

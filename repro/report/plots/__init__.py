@@ -36,6 +36,13 @@ class ResultFiles:
     def __init__(self, folder, verdict: dict):
         self.folder, self.verdict = Path(folder), verdict
 
+    @classmethod
+    def of(cls, folder) -> "ResultFiles":
+        """The declared files of a complete results folder (its verdict.json read)."""
+        from repro.bench.records import read_verdict
+
+        return cls(folder, read_verdict(folder))
+
     def names(self, pattern: str = "*") -> list[str]:
         """Declared file names (relative to the results folder) matching the glob ``pattern``, sorted."""
         from repro.bench.records import declared_files
