@@ -33,6 +33,7 @@ def tiny_model(tmp_path_factory):
 
 def test_tiny_run(tiny_model, tmp_path):
     from repro.bench.records import read_metrics, write_results
+    from repro.report.plots import ResultFiles
     from repro.report.plots.head_pruning import plots
 
     params = section("head_pruning", "tiny")
@@ -59,7 +60,7 @@ def test_tiny_run(tiny_model, tmp_path):
     assert {r["sweep"]["order"] for r in by("prunable_fraction")} == {"importance", "importance_raw"}
     assert all(0 <= r["value"] <= 100 for r in by("prunable_fraction"))
     write_results(tmp_path, claim="head_pruning", scale="tiny", metrics=rows, verdict=verdict, config=params)
-    figs = plots(read_metrics(tmp_path), tmp_path, tmp_path)
+    figs = plots(read_metrics(tmp_path), ResultFiles.of(tmp_path), tmp_path)
     assert {f for f, _ in figs} == {"ablation.png", "pruning_curve.png", "l0_budgets.png", "speedup.png"}
     assert all((tmp_path / f).stat().st_size > 0 for f, _ in figs)
 
@@ -188,9 +189,9 @@ def _rows(sig=2, total=24, up=1, imp_mean=20.0, rnd_mean=(15.0, 14.0), prunable=
     from repro.bench.records import metric as m
 
     c = "head_pruning"
-    rows = [m(c, "significant_heads_fraction", sig / total, n=total, kind="encoder_self"),
-            m(c, "significant_heads", sig, n=total, kind="encoder_self"),
-            m(c, "significant_heads_raising_bleu", up, n=sig, kind="encoder_self"),
+    rows = [m(c, "significant_heads_fraction", sig / total, n=total, sweep={"kind": "encoder_self"}),
+            m(c, "significant_heads", sig, n=total, sweep={"kind": "encoder_self"}),
+            m(c, "significant_heads_raising_bleu", up, n=sig, sweep={"kind": "encoder_self"}),
             m(c, "pruning_mean_bleu", imp_mean, order="importance", seed=None),
             m(c, "prunable_fraction", prunable, n=48, order="importance"),
             m(c, "prunable_fraction", 50.0, n=48, order="importance_raw"),
@@ -201,7 +202,7 @@ def _rows(sig=2, total=24, up=1, imp_mean=20.0, rnd_mean=(15.0, 14.0), prunable=
         lam = 0.01 * (i + 1)
         rows += [m(c, "l0_heads_kept", k, n=n, lam=lam), m(c, "l0_bleu_delta", d, lam=lam)]
     rows += [m(c, "speedup", v, batch=b) for b, v in speed]
-    rows += [m(c, "ablation_bleu_delta", d, kind=k, layer=0, head=h) for k, ds in ablation.items()
+    rows += [m(c, "ablation_bleu_delta", d, sweep={"kind": k}, layer=0, head=h) for k, ds in ablation.items()
              for h, d in enumerate(ds)]
     return rows
 

@@ -121,10 +121,11 @@ def test_tiny_run(tiny_models):
     # the plots work on the tiny output
     from repro.bench.records import write_results
     from repro.bench.records import read_metrics
+    from repro.report.plots import ResultFiles
     from repro.report.plots.layer_pruning import plots
 
     write_results(out, claim=C, scale="tiny", metrics=rows, verdict=verdict, config=params)
-    figs = plots(read_metrics(out), out, out)
+    figs = plots(read_metrics(out), ResultFiles.of(out), out)
     assert {f for f, _ in figs} == {"block_influence.png", "angular_distance.png", "quality_vs_removed.png",
                                     "healing.png"}
 

@@ -44,13 +44,14 @@ def test_tiny_run_shapes(tiny_run):
 
 
 def test_tiny_plots(tiny_run, tmp_path):
-    import pandas as pd
-
+    from repro.bench.records import read_metrics, write_results
+    from repro.report.plots import ResultFiles
     from repro.report.plots.warmup_stability import plots
 
     p, out, rows, verdict = tiny_run
-    df = pd.DataFrame(rows)
-    figs = plots(df, out, tmp_path)
+    write_results(out, claim="warmup_stability", scale="tiny", metrics=rows, verdict=verdict, config=p,
+                  artifacts=ws.ARTIFACTS)  # as the claim's command line writes them: curves declared
+    figs = plots(read_metrics(out), ResultFiles.of(out), tmp_path)
     assert {f for f, _ in figs} >= {"loss_curves.png", "bleu.png", "depth.png"}
     for f, _ in figs:
         assert (tmp_path / f).stat().st_size > 0

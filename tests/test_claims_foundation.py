@@ -40,7 +40,7 @@ def test_block_numerics_judge_flips():
     assert block_numerics.judge(wrong, params, "default")["verdict"] == "not_reproduced"  # a worked value: headline
 
     def stack(*vals):
-        return [records.metric("block_numerics", "copy_task_final_loss_ratio", v_, "ratio", stack=s, layers=2,
+        return [records.metric("block_numerics", "copy_task_final_loss_ratio", v_, "ratio", kind="quality", stack=s, layers=2,
                                residual=False, seed=seed) for seed, (s, v_) in enumerate(vals)]
 
     v = block_numerics.judge(rows + stack(("shallow_plain", 0.1), ("deep_plain", 0.2), ("deep_residual", 0.1)),

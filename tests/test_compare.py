@@ -1,13 +1,14 @@
 """Hardware comparison (repro.report.compare): two fake machines' result trees written with
 repro.bench.records.write_results; the table joins rows by (claim, metric, sweep), shows a missing claim as
-missing (never 0), and computes ratios to the paper and between machines."""
+missing (never 0), and computes ratios to the paper and between machines. Which rows are compared is the rows'
+``kind`` column; trees written before that column existed (no kind) give the same tables through the fallback."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from repro.bench.records import metric, verdict, write_results
+from repro.bench.records import _integrity, metric, read_json, verdict, write_results
 from repro.report import compare
 
 CPU, GPU = "cpu-test-2c", "gpu-test-h200"
@@ -56,7 +57,8 @@ def tree(tmp_path):
             metric("flash_attention", "peak_memory", 209.0 * 2, "MB", published_key="memory_1k_flash", seq_len=1024)],
            cpu_fp)
     # a claim without timing/memory rows (no comparison table), and scaffolding folders that are not hardware
-    _write(root, GPU, "block_numerics", [metric("block_numerics", "copy_task_final_loss_ratio", 0.5, "ratio")], gpu_fp)
+    _write(root, GPU, "block_numerics", [metric("block_numerics", "copy_task_final_loss_ratio", 0.5, "ratio",
+                                                        kind="quality")], gpu_fp)
     (root / "_gpu_check").mkdir()
     (root / CPU / "default" / "_models").mkdir()
     # another scale is not mixed in
@@ -122,17 +124,51 @@ def test_reference_changes_direction(tree):
     assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} / {GPU}"] == "10x"
 
 
-def test_unit_conversion_and_perf_rows():
+def test_unit_conversion():
     assert compare.convert(1.5, "s", "ms") == pytest.approx(1500.0)
     assert compare.convert(2048.0, "MiB", "GiB") == pytest.approx(2.0)
     assert compare.convert(1.0, "s", "MB") is None
-    assert compare.is_perf_row("fwd_time", "ms") and compare.is_perf_row("bandwidth", "GB/s")
-    assert compare.is_perf_row("throughput", "TFLOP/s") and compare.is_perf_row("x", "s/1k steps")
-    assert compare.is_perf_row("time_reduction", "percent") and compare.is_perf_row("speedup", "x")
-    assert not compare.is_perf_row("copy_task_final_loss_ratio", "ratio")
-    assert not compare.is_perf_row("weights_gb_16bit", "GB")  # computed weight size, not a measurement
-    assert compare.is_perf_row("peak_memory", "GB")
-    assert not compare.is_perf_row("attention", "params")
+
+
+def _drop_kind_column(root):
+    """Rewrite every metrics.csv under ``root`` as the writer did before the kind column (its integrity record
+    updated to match), as in the committed reference results."""
+    import pandas as pd
+
+    for csv in root.rglob("metrics.csv"):
+        frame = pd.read_csv(csv).drop(columns=["kind"])
+        text = frame.to_csv(index=False)
+        csv.write_text(text)
+        v = read_json(csv.parent / "verdict.json")
+        v["integrity"]["metrics.csv"] = _integrity(text.encode("utf-8"), len(frame))
+        (csv.parent / "verdict.json").write_text(json.dumps(v))
+
+
+def test_old_results_without_kind_give_the_same_tables(tree, tmp_path):
+    new = {c: compare.compare_table(compare.discover(tree, "default"), c, CPU)
+           for c in ("rmsnorm_speed", "flash_attention")}
+    _drop_kind_column(tree)
+    assert "kind" not in (tree / CPU / "default" / "rmsnorm_speed" / "metrics.csv").read_text().splitlines()[0]
+    res = compare.discover(tree, "default")
+    assert list(res.metrics[(CPU, "rmsnorm_speed")]["kind"]) == ["time", "time", "memory", "quality", "time"]
+    assert compare.perf_claims(res) == ["rmsnorm_speed", "flash_attention"]
+    for claim, table in new.items():
+        assert compare.compare_table(res, claim, CPU).equals(table), claim
+
+
+def test_the_kind_decides_not_the_metric_name(tmp_path):
+    """A speed-up named without any timing word is compared because its kind says ratio_time; a row named like
+    memory but declared a statistic is not; in an old file (no kind column) the names decide as before."""
+    root = tmp_path / "results"
+    rows = [metric("rmsnorm_speed", "gain_over_baseline", 1.3, "x", kind="ratio_time"),
+            metric("rmsnorm_speed", "peak_memory_share", 40.0, "percent", kind="statistic"),
+            metric("rmsnorm_speed", "weights_gb_16bit", 2.0, "GB")]
+    _write(root, CPU, "rmsnorm_speed", rows, _fp(CPU, "2.13.0+cpu", None))
+    table = compare.compare_table(compare.discover(root, "default"), "rmsnorm_speed")
+    assert list(table["metric"]) == ["gain_over_baseline", "weights_gb_16bit"]
+    _drop_kind_column(root)
+    table = compare.compare_table(compare.discover(root, "default"), "rmsnorm_speed")
+    assert list(table["metric"]) == ["peak_memory_share"]  # the old name patterns
 
 
 def test_write_compare_pages_plots_and_index(tree, tmp_path):

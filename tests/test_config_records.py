@@ -38,7 +38,7 @@ def test_defaults_filled():
 
 def test_write_results_atomic_and_complete(tmp_path):
     rows = [records.metric("param_accounting", "total", 123, "params", published_key="llama7b_total_params", model="m"),
-            records.metric("param_accounting", "share_ffn", 64.0, "percent", model="m", seed=1)]
+            records.metric("param_accounting", "share_ffn", 64.0, "percent", kind="statistic", model="m", seed=1)]
     v = records.verdict_from_checks("param_accounting", [records.check("a", True, "1", "1", headline=True),
                                                          records.check("b", False, "2", "3")], "default")
     assert v["verdict"] == "partially" and "Failing: b" in v["reason"]

@@ -36,7 +36,7 @@ def _checks(first_holds: bool) -> list[dict]:
 
 def _write(root, hw, status, first_holds, fp, claim="rank_collapse", scale="default"):
     write_results(root / hw / scale / claim, claim=claim, scale=scale,
-                  metrics=[metric(claim, "x", 1.0, "ratio")],
+                  metrics=[metric(claim, "x", 1.0, "ratio", kind="statistic")],
                   verdict=verdict(claim, status, "test reason", checks=_checks(first_holds)), config={}, fingerprint=fp)
 
 
@@ -121,7 +121,7 @@ def test_page_renders_the_verdict_contract(tmp_path):
                 load={"loadavg_before": 0.5, "loadavg_after": 1.25},
                 rejudged={"commit": "abcdef123456", "timestamp": "2026-12-01T00:00:00+00:00",
                           "previous_verdict": "partially"})
-    write_results(res, claim=claim, scale="default", metrics=[metric(claim, "x", 1.0, "ratio")],
+    write_results(res, claim=claim, scale="default", metrics=[metric(claim, "x", 1.0, "ratio", kind="statistic")],
                   verdict=verdict(claim, "not_applicable", "placeholder"), config={}, fingerprint=_fp("hw"))
     (res / "verdict.json").write_text(json.dumps({**v, "scale": "default", "hardware": "hw"}))
     page = tmp_path / "reports" / "hw" / "default" / f"{claim}.md"

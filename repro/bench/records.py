@@ -2,7 +2,8 @@
 
 Layout: ``results/<hardware>/<scale>/<claim>/``. Every file is written atomically (temporary name, then rename)
 and verdict.json last, so a folder with a verdict is complete. One metrics row per measured value:
-claim, metric, unit, value, spread, n, the sweep variables (a JSON column ``sweep`` and one column each),
+claim, metric, unit, kind (what the row measures: time, memory, ratio_time, quality, ...; repro.bench.kinds),
+value, spread, n, the sweep variables (a JSON column ``sweep`` and one column each),
 and the published value with its citation where the registry has one.
 """
 from __future__ import annotations
@@ -19,10 +20,11 @@ from repro import registry
 from repro.bench.fingerprint import config_hash, fingerprint as make_fingerprint
 from repro.bench.stats import (both, decide_interval, decide_within, sample_interval,  # noqa: F401 (re-exported)
                                t_interval)
+from repro.bench.kinds import resolve_kind, stored_kind
 from repro.errors import ResultsError
 
 VERDICTS = ("reproduced", "partially", "not_reproduced", "inconclusive", "not_applicable", "not_implemented")
-METRIC_COLUMNS = ["claim", "metric", "unit", "value", "spread", "n", "sweep", "published_key", "published_value",
+METRIC_COLUMNS = ["claim", "metric", "unit", "kind", "value", "spread", "n", "sweep", "published_key", "published_value",
                   "published_unit", "source", "hardware", "scale"]
 
 
@@ -81,15 +83,21 @@ def _json_default(o):
     return str(o)
 
 
-def metric(claim: str, name: str, value, unit: str = "", *, spread=None, n: int | None = None,
-           published_key: str | None = None, published_index: int | None = None, **sweep) -> dict:
-    """One metrics row. ``sweep`` holds the sweep variables (layer=3, seed=..., norm="rmsnorm", ...).
+def metric(claim: str, name: str, value, unit: str = "", *, kind: str | None = None, spread=None, n: int | None = None,
+           published_key: str | None = None, published_index: int | None = None, sweep: Mapping | None = None,
+           **variables) -> dict:
+    """One metrics row. The sweep variables (layer=3, seed=..., norm="rmsnorm", ...) come as keywords, or in
+    ``sweep`` for a variable whose name is one of this function's parameters (``sweep={"kind": "enc"}``).
 
-    ``published_key`` names the registry value this row is compared with (``published_index`` picks one
-    element of a list-valued entry)."""
+    ``kind`` says what the row measures (repro.bench.kinds.KINDS); it is inferred from the unit where the unit
+    says it (s -> time, MiB -> memory, tokens/s -> rate, BLEU -> quality) and must be given for a dimensionless
+    unit (ratio, x, percent, fraction): ``ratio_time`` / ``ratio_memory`` for speed-ups and memory ratios, else
+    ``statistic``, ``quality`` or ``count``. ``published_key`` names the registry value this row is compared with
+    (``published_index`` picks one element of a list-valued entry)."""
+
     value = None if value is None else float(value)
-    row = {"claim": claim, "metric": name, "unit": unit, "value": value,
-           "spread": None if spread is None else float(spread), "n": n, "sweep": sweep}
+    row = {"claim": claim, "metric": name, "unit": unit, "kind": resolve_kind(name, unit, kind), "value": value,
+           "spread": None if spread is None else float(spread), "n": n, "sweep": {**(sweep or {}), **variables}}
     if published_key:
         pub = registry.published(claim, published_key)
         value_pub = pub.get("value")
@@ -218,8 +226,13 @@ def _finite(x):
 
 
 def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], verdict: Mapping,
-                  config: Mapping, fingerprint: Mapping | None = None) -> Path:
-    """Write metrics.csv, config.json, fingerprint.json and (last) verdict.json into ``out_dir``."""
+                  config: Mapping, fingerprint: Mapping | None = None, artifacts: Iterable[str] = ()) -> Path:
+    """Write metrics.csv, config.json, fingerprint.json and (last) verdict.json into ``out_dir``.
+
+    ``artifacts``: the claim's other result files in ``out_dir`` (relative paths or glob patterns, e.g.
+    ``curves/*.csv``: the claim module's ``ARTIFACTS``). Each file is recorded with its sha256 in verdict.json's
+    ``integrity`` beside metrics.csv: that record lists every file of the folder the report may read
+    (:func:`declared_files`, :func:`artifact_path`). A pattern that matches nothing raises ResultsError."""
     import pandas as pd  # lazy: keep `import repro.bench.records` light (the workflow and reports import it)
 
     out = Path(out_dir)
@@ -236,6 +249,7 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
         row["sweep"] = json.dumps(sweep, sort_keys=True, default=_json_default)
         row["hardware"], row["scale"] = fp["hardware_id"], scale
         row["value"] = _finite(row["value"])
+        row["kind"] = stored_kind(row["metric"], row["unit"], row["kind"])
         for k, v in sweep.items():
             row[f"sweep.{k}"] = v
         rows.append(row)
@@ -244,7 +258,8 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
     atomic_write_text(out / "metrics.csv", csv_text)
     atomic_write_json(out / "config.json", {"claim": claim, "scale": scale, "config": config})
     atomic_write_json(out / "fingerprint.json", fp)
-    integrity = {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame))}  # checked by the report
+    integrity = {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame)),  # checked by the report
+                 **declare_artifacts(out, artifacts)}
     atomic_write_json(out / "verdict.json", {**verdict, "scale": scale, "hardware": fp["hardware_id"],
                                              "commit": fp["git"]["commit"], "timestamp": fp["timestamp"],
                                              "integrity": integrity})
@@ -253,6 +268,54 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
 
 def _integrity(data: bytes, rows: int) -> dict:
     return {"rows": int(rows), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def declare_artifacts(out_dir: str | Path, patterns: Iterable[str]) -> dict:
+    """verdict.json ``integrity`` entries (relative path -> bytes, sha256) of the files in ``out_dir`` matching
+    ``patterns``; a pattern matching no file raises ResultsError naming it."""
+    import hashlib
+
+    out = Path(out_dir)
+    entries = {}
+    for pattern in patterns:
+        found = sorted(p for p in out.glob(pattern) if p.is_file() and not p.name.startswith("."))
+        if not found:
+            raise ResultsError(f"{out / pattern}: declared as a result file of {out} but no such file was written")
+        for p in found:
+            data = p.read_bytes()
+            entries[p.relative_to(out).as_posix()] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return entries
+
+
+CORE_FILES = ("metrics.csv", "verdict.json", "config.json", "fingerprint.json")
+
+
+def declared_files(verdict: Mapping) -> list[str]:
+    """The result files a claim declared beside the core files (write_results ``artifacts``), from its verdict."""
+    return [name for name in (verdict.get("integrity") or {}) if name not in CORE_FILES]
+
+
+def artifact_path(folder: str | Path, name: str, verdict: Mapping | None = None) -> Path:
+    """The path of the declared result file ``name`` of a claim's results ``folder``, checked against the sha256
+    its verdict.json records. A file the claim did not declare, a missing or a changed one raises ResultsError
+    naming it: the report reads declared files only."""
+    import hashlib
+
+    folder = Path(folder)
+    verdict = read_verdict(folder) if verdict is None else verdict
+    rec = (verdict.get("integrity") or {}).get(name)
+    if rec is None or name in CORE_FILES:
+        raise ResultsError(f"{folder / name}: not a declared result file of {folder} (declared: "
+                           f"{', '.join(declared_files(verdict)) or 'none'}); the claim lists its files in ARTIFACTS")
+    path = folder / name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing (declared in {folder / 'verdict.json'}); rerun the claim") from None
+    if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+        raise ResultsError(f"{path}: damaged or changed since the run: content does not match the sha256 recorded "
+                           f"in verdict.json; rerun the claim")
+    return path
 
 
 def read_json(path: str | Path) -> dict:
@@ -361,4 +424,8 @@ def read_metrics(path: str | Path, verify: bool = True):
             raise ResultsError(f"{csv_path}: damaged sweep value {s[:60]!r}; rerun the claim") from None
 
     frame["sweep"] = frame["sweep"].map(sweep)
+
+    kinds = frame["kind"] if "kind" in frame else [None] * len(frame)  # files from before the kind column
+    unit = frame["unit"] if "unit" in frame else [""] * len(frame)
+    frame["kind"] = [stored_kind(m, u, k) for m, u, k in zip(frame["metric"], unit, kinds)]
     return frame

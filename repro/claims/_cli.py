@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -135,7 +136,8 @@ def main(claim: str, run: Callable, argv=None) -> int:
     log.info("%s: scale=%s params=%s", claim, args.scale, json.dumps(params))
     metrics, verdict = run(params, args.scale, args.out)
     verdict = {**verdict, "runtime_s": round(time.time() - t0, 1)}
-    write_results(args.out, claim=claim, scale=args.scale, metrics=metrics, verdict=verdict, config=params)
+    write_results(args.out, claim=claim, scale=args.scale, metrics=metrics, verdict=verdict, config=params,
+                  artifacts=getattr(sys.modules.get(run.__module__), "ARTIFACTS", ()))  # the claim's other files
     log.info("%s: %s (%s) in %.1f s", claim, verdict["verdict"], verdict["reason"][:300], time.time() - t0)
     return 0
 

@@ -170,9 +170,9 @@ def measure_terms(p: dict, device) -> list[dict]:
                         common = dict(backend=backend, dtype=dname, dropout=drop, policy=policy, section=sec,
                                       kind=kind, batch=b, seq_len=s, hidden=h, heads=a)
                         unit = "x sbh bytes" if kind == "sbh" else "x as^2b bytes"
-                        rows.append(metric(CLAIM, "saved_coeff_16bit", c["coeff16"], unit, published_key=key, **common))
-                        rows.append(metric(CLAIM, "saved_coeff_stored", c["coeff_stored"], unit, **common))
-                        rows.append(metric(CLAIM, "mask_coeff_16bit", c["mask_coeff16"], unit, **common))
+                        rows.append(metric(CLAIM, "saved_coeff_16bit", c["coeff16"], unit, published_key=key, sweep=common))
+                        rows.append(metric(CLAIM, "saved_coeff_stored", c["coeff_stored"], unit, sweep=common))
+                        rows.append(metric(CLAIM, "mask_coeff_16bit", c["mask_coeff16"], unit, sweep=common))
                     tot = coeffs.get(("total", "sbh"), {}).get("coeff16", 0.0)
                     sc = coeffs.get(("total", "score"), {}).get("coeff16", 0.0)
                     log.info("terms %s %s dropout=%g policy=%s: %.3f sbh + %.3f as^2b (16-bit convention); "
@@ -260,7 +260,7 @@ def memory_reduction(rows: list[dict]) -> list[dict]:
         deepest = max(d for b, _, d in peaks if b == backend)
         base = peaks.get((backend, "none", depth))
         if depth == deepest and policy != "none" and base and v:
-            out.append(metric(CLAIM, "peak_reduction_vs_none", base / v, "x", axis="depth", backend=backend,
+            out.append(metric(CLAIM, "peak_reduction_vs_none", base / v, "x", kind="ratio_memory", axis="depth", backend=backend,
                               policy=policy, depth=depth))
             log.info("peak memory at depth %d: none / %s = %.2fx", depth, policy, base / v)
     return out
@@ -293,13 +293,14 @@ def measure_time(p: dict, device) -> list[dict]:
                            spread=s["iqr"], n=s["n"], policy=name, **common))
     pred = paired_ratios(samples, "forward_only", "none")
     rows.append(metric(CLAIM, "predicted_overhead_one_forward", 100 * pred["median"], "percent", spread=100 * pred["iqr"],
-                       n=pred["n"], published_key="chen_extra_time", **common))
+                       n=pred["n"], kind="ratio_time", published_key="chen_extra_time", **common))
     keys = {"full": "korthikanti_full_recompute_overhead", "selective": "korthikanti_selective_overhead"}
     for pol in stacks:
         if pol == "none":
             continue
         r = paired_ratios(samples, pol, "none")
         rows.append(metric(CLAIM, "time_overhead", 100 * (r["median"] - 1), "percent", spread=100 * r["iqr"], n=r["n"],
+                           kind="ratio_time",
                            published_key=keys.get(pol), policy=pol, **common))
         log.info("time overhead %s: %+.1f%% (IQR %.1f%%, n=%d); one extra forward predicts %+.1f%%", pol,
                  100 * (r["median"] - 1), 100 * r["iqr"], r["n"], 100 * pred["median"])

@@ -59,7 +59,7 @@ def chain_gradients(params) -> list[dict]:
         (h * v).sum().backward()
         ratio = (x.grad.norm() / v.norm()).item()
         key = {0.9: "gain_0p9_pow_40", 1.1: "gain_1p1_pow_40"}.get(round(g, 3)) if depth == 40 else None
-        rows.append(metric(CLAIM, "plain_chain_gradient_gain", ratio, "ratio", published_key=key, gain=g, depth=depth))
+        rows.append(metric(CLAIM, "plain_chain_gradient_gain", ratio, "ratio", kind="statistic", published_key=key, gain=g, depth=depth))
         # residual: h <- h + c * (h @ W_l) with a fresh orthogonal W_l = g Q_l per layer (branch gain c, about 1).
         # The Jacobian of each layer is I + c W_l ("the gradient passes through 1 + F'(x)"): the identity path
         # keeps the gradient from vanishing, and for random Q_l each layer multiplies E||grad||^2 by 1 + (c g)^2.
@@ -73,7 +73,7 @@ def chain_gradients(params) -> list[dict]:
                 h = h + c * (h @ (g * q_l))
             (h * v).sum().backward()
             rows.append(metric(CLAIM, "residual_chain_gradient_gain", (x.grad.norm() / v.norm()).item(), "ratio",
-                               gain=g, depth=depth, branch_gain=c, seed=seed))
+                               kind="statistic", gain=g, depth=depth, branch_gain=c, seed=seed))
     return rows
 
 
@@ -123,7 +123,7 @@ def deep_stack(params) -> list[dict]:
             first, last = train_copy_task(p, layers, residual, seed)
             done.update(layers, note=f"{name} ({layers} layers, residual={residual}, seed {seed}): "
                                      f"loss {first:.3f} -> {last:.3f}")
-            rows.append(metric(CLAIM, "copy_task_final_loss_ratio", last / math.log(p["vocab"]), "ratio",
+            rows.append(metric(CLAIM, "copy_task_final_loss_ratio", last / math.log(p["vocab"]), "ratio", kind="quality",
                                published_key="deep_plain_stack_degrades" if name == "deep_plain" else None,
                                stack=name, layers=layers, residual=residual, seed=seed))
     return rows

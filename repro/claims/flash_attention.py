@@ -64,7 +64,8 @@ def kernel_sweep(p: dict, device, out: Path) -> list[dict]:
             if r.get("peak_mb") is not None:
                 rows.append(metric(CLAIM, "attn_peak_memory", r["peak_mb"], "MiB", **common))
             if r.get("ratio_to_baseline") is not None and r["provider"] != "sdpa":
-                rows.append(metric(CLAIM, "attn_time_ratio_to_sdpa", r["ratio_to_baseline"], "ratio", **common))
+                rows.append(metric(CLAIM, "attn_time_ratio_to_sdpa", r["ratio_to_baseline"], "ratio", kind="ratio_time",
+                                   **common))
         else:
             rows.append(metric(CLAIM, "attn_time", None, "s", status=r["status"], reason=r["reason"], **common))
     # fitted exponent of peak memory in N, per provider / pass / causal
@@ -133,7 +134,7 @@ def table21(p: dict, device) -> list[dict]:
         for fused in ("sdpa", "triton"):
             if by.get(("math", n)) and by.get((fused, n)):
                 rows.append(metric(CLAIM, "table21_memory_ratio_math_over_fused", by[("math", n)] / by[(fused, n)], "x",
-                                   backend=fused, seq_len=n, batch=t["batch"], heads=t["heads"]))
+                                   kind="ratio_memory", backend=fused, seq_len=n, batch=t["batch"], heads=t["heads"]))
     return rows
 
 
@@ -161,7 +162,7 @@ def fig2(p: dict, device) -> list[dict]:
         if "math" in samples and fused in samples:
             r = paired_ratios(samples, "math", fused)
             rows.append(metric(CLAIM, "fig2_speedup_over_math", r["median"], "x", spread=r["iqr"], n=r["n"],
-                               backend=fused, **common))
+                               kind="ratio_time", backend=fused, **common))
     rows.append(metric(CLAIM, "fig2_hbm_traffic", None, "GB", backend="all", status="not_measured",
                        reason="HBM traffic needs a hardware counter profiler (Nsight Compute); not collected",
                        **common))
@@ -212,7 +213,7 @@ def end_to_end(p: dict, device) -> list[dict]:
         if "math" in samples and fused in samples:
             r = paired_ratios(samples, "math", fused)
             rows.append(metric(CLAIM, "train_step_speedup_over_math", r["median"], "x", spread=r["iqr"], n=r["n"],
-                               backend=fused, **common))
+                               kind="ratio_time", backend=fused, **common))
             log.info("train step speed-up of %s over math: %.2fx", fused, r["median"])
     return rows
 

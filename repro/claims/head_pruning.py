@@ -170,7 +170,7 @@ def single_head_ablation(S: Setup, params: dict, base: np.ndarray, rows: list, o
         r = compare(base, S.evaluator.stats(), params)
         res[h] = r
         sig = r["p_value"] < params["significance"]
-        rows.append(metric(CLAIM, "ablation_bleu_delta", r["delta"], "BLEU", kind=h.kind, layer=h.layer,
+        rows.append(metric(CLAIM, "ablation_bleu_delta", r["delta"], "BLEU", sweep={"kind": h.kind}, layer=h.layer,
                            head=h.head, p_value=r["p_value"], significant=bool(sig)))
         log.info("ablate %d/%d %s: BLEU %+.2f (p=%.3f)%s  [%.0f s]", i + 1, len(S.heads), h.name, r["delta"],
                  r["p_value"], " *" if sig else "", time.time() - t0)
@@ -182,12 +182,13 @@ def single_head_ablation(S: Setup, params: dict, base: np.ndarray, rows: list, o
         sig = [h for h in hs if res[h]["p_value"] < params["significance"]]
         up = [h for h in sig if res[h]["delta"] > 0]
         enc = kind == "encoder_self"  # Michel's Table 1 counts encoder self-attention heads
-        rows += [metric(CLAIM, "significant_heads", len(sig), "heads", n=len(hs), kind=kind,
+        rows += [metric(CLAIM, "significant_heads", len(sig), "heads", n=len(hs), sweep={"kind": kind},
                         published_key="michel_significant_heads" if enc else None),
-                 metric(CLAIM, "significant_heads_fraction", len(sig) / len(hs), "fraction", n=len(hs), kind=kind),
-                 metric(CLAIM, "significant_heads_raising_bleu", len(up), "heads", n=len(sig), kind=kind,
+                 metric(CLAIM, "significant_heads_fraction", len(sig) / len(hs), "fraction", n=len(hs), kind="statistic",
+                        sweep={"kind": kind}),
+                 metric(CLAIM, "significant_heads_raising_bleu", len(up), "heads", n=len(sig), sweep={"kind": kind},
                         published_key="michel_significant_heads_raising_bleu" if enc else None),
-                 metric(CLAIM, "heads_total", len(hs), "heads", kind=kind,
+                 metric(CLAIM, "heads_total", len(hs), "heads", sweep={"kind": kind},
                         published_key="michel_heads_total" if enc else None)]
     (out / "ablation.json").write_text(json.dumps(
         [{"head": h.name, **{k: v for k, v in r.items() if k in ("delta", "p_value", "delta_ci", "bleu_b")}}
@@ -216,7 +217,7 @@ def one_head_per_layer(S: Setup, params: dict, base: np.ndarray, ablation: dict,
                     best = (keep, r)
             keep, r = best
             last_cross = kind == "cross" and li == len(ms) - 1
-            rows.append(metric(CLAIM, "one_head_bleu_delta", r["delta"], "BLEU", kind=kind, layer=li,
+            rows.append(metric(CLAIM, "one_head_bleu_delta", r["delta"], "BLEU", sweep={"kind": kind}, layer=li,
                                head=keep.head, p_value=r["p_value"],
                                significant=bool(r["p_value"] < params["significance"]), choice=mode,
                                published_key="michel_one_head_enc_dec_last_layer_delta" if last_cross else None))
@@ -246,7 +247,7 @@ def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out:
         scores = head_importance(S.model, imp_batches, pad, [], S.kinds, S.device, normalize=norm, granularity=gran)
         for h, v in scores.items():
             rows.append(metric(CLAIM, "head_importance", v, "l2-normalised per layer" if norm else "nats/token",
-                               kind=h.kind, layer=h.layer, head=h.head, order=name))
+                               kind="statistic", sweep={"kind": h.kind}, layer=h.layer, head=h.head, order=name))
         curve = []
         for n in levels:
             if p["recompute_importance"] and pruned:
@@ -298,14 +299,14 @@ def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out:
                 break
             ok = n / total
         michel = name == "importance"
-        rows.append(metric(CLAIM, "prunable_fraction", 100 * ok, "percent", n=total,
+        rows.append(metric(CLAIM, "prunable_fraction", 100 * ok, "percent", n=total, kind="statistic",
                            published_key="michel_prunable_wmt" if michel else None, order=name))
         # sharp drop: the start of the steepest single-step BLEU fall
         pts = [(0, base_bleu)] + [(n, r["bleu_b"]) for n, r in curve]
         drops = [(pts[i][1] - pts[i + 1][1], pts[i][0]) for i in range(len(pts) - 1)]
         if drops:
             _, start = max(drops)
-            rows.append(metric(CLAIM, "sharp_drop_fraction", 100 * start / total, "percent", n=total,
+            rows.append(metric(CLAIM, "sharp_drop_fraction", 100 * start / total, "percent", n=total, kind="statistic",
                                published_key="michel_sharp_drop_fraction" if michel else None, order=name))
     (out / "pruning_order.json").write_text(json.dumps({k: [h.name for h in v] for k, v in orders.items()},
                                                        indent=1) + "\n")
@@ -386,7 +387,8 @@ def l0_gates(S: Setup, params: dict, base: np.ndarray, rows: list) -> None:
             rows.append(metric(CLAIM, "l0_bleu_delta_vs_control", rc["delta"], "BLEU", lam=lam, heads_kept=kept,
                                p_value=rc["p_value"]))
         rows += [metric(CLAIM, "l0_heads_kept", kept, "heads", n=n_gated, lam=lam, targets="+".join(p["targets"])),
-                 metric(CLAIM, "l0_heads_pruned_fraction", 1 - kept / n_gated, "fraction", n=n_gated, lam=lam),
+                 metric(CLAIM, "l0_heads_pruned_fraction", 1 - kept / n_gated, "fraction", n=n_gated, lam=lam,
+                        kind="statistic"),
                  metric(CLAIM, "l0_bleu", r["bleu_b"], "BLEU", lam=lam, heads_kept=kept, p_value=r["p_value"]),
                  metric(CLAIM, "l0_bleu_delta", r["delta"], "BLEU", lam=lam, heads_kept=kept, p_value=r["p_value"]),
                  metric(CLAIM, "l0_finetune_steps", step, "updates", lam=lam, seconds=secs)]
@@ -437,7 +439,7 @@ def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
                         model=f"pruned_{int(round(100 * p['prune_fraction']))}pct",
                         published_key=f"michel_speed_{k}" if k else None, published_index=1 if k else None),
                  metric(CLAIM, "speedup", 100 * (ratio["median"] - 1), "percent", spread=100 * ratio["iqr"],
-                        n=ratio["n"], batch=bs, heads_pruned=n_prune,
+                        n=ratio["n"], kind="ratio_time", batch=bs, heads_pruned=n_prune,
                         published_key=f"michel_speedup_{k}" if k else None)]
         log.info("throughput bs %d: unpruned %.1f ex/s, %d heads removed %.1f ex/s: %+.1f%%", bs,
                  bs / su["median"], n_prune, bs / sp["median"], 100 * (ratio["median"] - 1))

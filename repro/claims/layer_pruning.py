@@ -500,9 +500,11 @@ def collapse_rows(table: list[dict], stack: str, L: int, params: dict) -> list[d
             key = "shortgpt_llama2_7b_params_removed"
         if n_c is not None:
             rows.append(metric(CLAIM, "collapse_percent", 100.0 * n_c / L, "percent of layers", published_key=key,
+                               kind="statistic",
                                stack=stack, rule=rule, quality=qname, n_removed=n_c, n_layers=L, healed=False))
         else:
             rows.append(metric(CLAIM, "no_collapse_up_to_percent", 100.0 * max(q) / L, "percent of layers",
+                               kind="statistic",
                                stack=stack, rule=rule, quality=qname, n_layers=L, healed=False))
     return rows
 

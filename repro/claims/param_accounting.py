@@ -122,7 +122,8 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             raise ValueError(f"param_accounting.models.{name}.published: unknown quantity {unknown[0]!r} "
                              f"(measured: {', '.join(sorted(quantities))})")
         for key, value in quantities.items():
-            rows.append(metric(CLAIM, key, value, _unit(key), published_key=published.get(key), model=name))
+            rows.append(metric(CLAIM, key, value, _unit(key), published_key=published.get(key), model=name,
+                               kind="count" if _unit(key) in ("params", "GB") else "statistic"))
         log.info("%s: total %s, attention %.1f%%, ffn %.1f%%", name, f"{quantities['total']:,}",
                  quantities["share_attention"], quantities["share_ffn"])
     return rows, judge(rows, params, scale)

@@ -409,8 +409,10 @@ def run_model(base, name: str, params: dict, device, data: dict, score, about: d
     rows.append(metric(CLAIM, "systematic_outlier_dims", len(em["dims"]), "dims", model=name, d_model=em["d_model"],
                        dims=",".join(map(str, em["dims"])), published_key="int8_max_outlier_dims_13b"))
     rows.append(metric(CLAIM, "outlier_layers_affected", em["layers_affected_pct"], "percent of layers", model=name,
+                       kind="statistic",
                        n_params=n_params, published_key="int8_emergence_layers_affected"))
     rows.append(metric(CLAIM, "outlier_seq_affected", em["seq_affected_pct"], "percent of sequence positions",
+                       kind="statistic",
                        model=name, n_params=n_params, published_key="int8_emergence_seq_dims_affected"))
     log.info("%s: %d params; outliers >= %.1f per layer %s, max |x| %s; systematic dims %s", name, n_params, thr,
              em["dims_ge_threshold_per_layer"], [round(v, 2) for v in em["max_abs_per_layer"]], em["dims"])
@@ -456,10 +458,11 @@ def _one_method(model, name: str, m: dict, params: dict, calibrate_with, score):
     b = Q.stored_weight_bytes(model)
     rows.append(metric(CLAIM, "weight_bytes", b["bytes"], "bytes", **sw, fp16_bytes=b["fp16_bytes"],
                        params=b["params"]))
-    rows.append(metric(CLAIM, "weight_bytes_vs_fp16", b["bytes"] / b["fp16_bytes"], "ratio", **sw))
+    rows.append(metric(CLAIM, "weight_bytes_vs_fp16", b["bytes"] / b["fp16_bytes"], "ratio", kind="ratio_memory",
+                       **sw))
     if m["family"] != "fp32":
         rows.append(metric(CLAIM, "weight_memory_reduction", 100 * (1 - b["bytes"] / b["fp16_bytes"]),
-                           "percent vs 16-bit",
+                           "percent vs 16-bit", kind="ratio_memory",
                            published_key="int8_memory_reduction" if m["method"] == "llm_int8" else None, **sw))
     if m["family"] == "int8":
         mods = [x for x in Q.block_linears(model).values() if isinstance(x, Q.Int8Linear)]
@@ -469,7 +472,7 @@ def _one_method(model, name: str, m: dict, params: dict, calibrate_with, score):
         w16 = sum(x.stats["w_values_16bit"] for x in mods)
         dims = sorted({(n, d) for n, x in Q.block_linears(model).items() for d in x.stats["outlier_dims"]})
         rows.append(metric(CLAIM, "values_8bit_pct", 100.0 * (1 - (x16 + w16) / max(xv + wv, 1)), "percent",
-                           published_key="int8_fraction_values_8bit" if m["method"] == "llm_int8" else None,
+                           kind="statistic", published_key="int8_fraction_values_8bit" if m["method"] == "llm_int8" else None,
                            x_values_16bit=x16, w_values_16bit=w16, **sw))
         rows.append(metric(CLAIM, "decomposed_dims", len(dims), "(layer, dim) pairs", **sw))
     for lname, r in report.items():

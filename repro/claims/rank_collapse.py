@@ -142,7 +142,7 @@ def residual_curves(p: dict, device, dtype) -> list[dict]:
                             x = stack[layer - 1](x)
                         m = measures(x, res0)
                         curve.append(m["residual_ratio"])
-                        rows += [metric(CLAIM, name, value, "ratio", init=init, variant=variant, layer=layer, seed=seed)
+                        rows += [metric(CLAIM, name, value, "ratio", kind="statistic", init=init, variant=variant, layer=layer, seed=seed)
                                  for name, value in m.items()]
                 log.info("residual ratio %s %s seed %d: %s", init, variant, seed, " ".join(f"{v:.2e}" for v in curve))
     return rows
@@ -210,13 +210,14 @@ def residual_summary(rows: list[dict], p: dict) -> list[dict]:
             out.append(metric(CLAIM, "collapse_depth", m, "layers", spread=s, n=len(depths), init=init,
                               variant=variant, threshold=q["collapse_threshold"], never=q["depth"] + 1))
             out.append(metric(CLAIM, "collapsed_fraction", float(np.mean([d <= q["depth"] for d in depths])),
-                              "fraction", n=len(depths), init=init, variant=variant,
+                              "fraction", kind="statistic", n=len(depths), init=init, variant=variant,
                               threshold=q["collapse_threshold"], depth=q["depth"]))
             for name in MEASURES:
                 g, s = _geo([cur[(name, init, variant, seed)][-1] for seed in p["seeds"]])
                 key = ("dong_skip_prevents_collapse" if name == "residual_ratio" and variant == "attention_skip"
                        else None)
                 out.append(metric(CLAIM, f"final_{name}", g, "ratio", spread=s, n=len(p["seeds"]), published_key=key,
+                                  kind="statistic",
                                   init=init, variant=variant, depth=q["depth"], mean="geometric",
                                   spread_of="ln value"))
             log.info("%s %s: per-layer exponent %s, residual ratio at depth %d %.2e (relative %.2e, after LN %.2e)",

@@ -61,9 +61,9 @@ def op_level(p: dict, device, out: Path) -> list[dict]:
                                    **common))
         elif r["op"] == "rmsnorm_vs_layernorm" and r["metric"] == "time_ratio":
             rows.append(metric(CLAIM, "op_time_ratio_rms_over_ln", r["value"], "ratio", spread=r.get("value_iqr"),
-                               n=r["n"], **common))
+                               n=r["n"], kind="ratio_time", **common))
             rows.append(metric(CLAIM, "op_time_reduction", 100 * (1 - r["value"]), "percent", n=r["n"],
-                               published_key="reduction_range", **common))
+                               kind="ratio_time", published_key="reduction_range", **common))
     return rows
 
 
@@ -129,9 +129,9 @@ def model_level(p: dict, device) -> list[dict]:
             if name in samples and f"layernorm/{impl}" in samples:
                 r = paired_ratios(samples, name, f"layernorm/{impl}")
                 rows.append(metric(CLAIM, f"step_time_ratio_{short}_over_ln", r["median"], "ratio", spread=r["iqr"],
-                                   n=r["n"], impl=impl, **common))
+                                   n=r["n"], kind="ratio_time", impl=impl, **common))
                 rows.append(metric(CLAIM, f"step_time_reduction_{short}", 100 * (1 - r["median"]), "percent",
-                                   spread=100 * r["iqr"], n=r["n"], impl=impl,
+                                   spread=100 * r["iqr"], n=r["n"], kind="ratio_time", impl=impl,
                                    published_key="transformer_reduction" if short == "rms" else None, **common))
                 log.info("model %s vs layernorm/%s: %.1f%% running-time reduction (paired ratio %.3f, IQR %.3f)",
                          name, impl, 100 * (1 - r["median"]), r["median"], r["iqr"])

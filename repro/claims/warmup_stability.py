@@ -66,6 +66,7 @@ from repro.bench.records import (atomic_write_json, check, decide_interval, gate
 from repro.progress import Progress
 
 CLAIM = "warmup_stability"
+ARTIFACTS = ("runs.json", "curves/*.csv")  # result files beside metrics.csv (declared in verdict.json; the plots read them)
 log = logging.getLogger("repro.warmup_stability")
 
 

@@ -14,7 +14,9 @@ that has timing or memory metrics, one markdown table and one seaborn plot under
 
 A machine without results for a claim shows ``missing`` (never 0); a machine that ran the claim but has no row
 for that metric/setting shows ``not measured``; a row whose value is empty (e.g. a provider skipped on CPU) shows
-``n/a``. Which rows count as timing or memory is decided from the unit and metric name by :func:`is_perf_row`.
+``n/a``. Which rows count as timing or memory is the row's ``kind`` in metrics.csv (time, memory, rate, ratio_time,
+ratio_memory; repro.bench.kinds); files written before that column get the one fallback of
+:func:`repro.bench.kinds.legacy_kind` when they are read.
 
     python -m repro.report.compare --results results --scale default --out reports/compare/default [--reference ID]
 """
@@ -24,13 +26,13 @@ import argparse
 import json
 import logging
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from repro import registry
+from repro.bench.kinds import MEMORY_UNITS, PERF_KINDS, TIME_UNITS, unit_key as _unit_key
 from repro.bench.records import atomic_write_text, read_metrics
 from repro.report import runtime
 
@@ -38,40 +40,13 @@ log = logging.getLogger("repro.compare")
 
 MISSING, NOT_MEASURED, NOT_AVAILABLE = "missing", "not measured", "n/a"
 
-# Units convertible to a base unit (seconds, bytes); measured and published values are compared through these.
-TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}
-MEMORY_UNITS = {"b": 1.0, "bytes": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-                "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30, "tib": 2.0**40}
-# Rates: anything per second (GB/s, TFLOP/s, tokens/s, ...) and the FLOPS spellings.
-RATE_RE = re.compile(r"^[\w.]+\s*/\s*s$|^[gtp]?flops$", re.IGNORECASE)
-# Time per unit of work ("s/1k steps", "ms/step", "s/epoch").
-TIME_PER_RE = re.compile(r"^(ns|us|µs|ms|s|min|h)\s*/\s*\S", re.IGNORECASE)
-# Dimensionless rows (ratio, x, percent) count only when the metric name says they are about time or memory
-# ("ratio of times", "percent reduction" of time or memory); a memory unit counts only for measured memory.
-DIMENSIONLESS = {"ratio", "x", "percent", "%", "fraction"}
-PERF_NAME_RE = re.compile(r"time|speed|latency|throughput|mem|peak|bandwidth|overhead|reduction|flops|mfu|"
-                          r"utili[sz]ation|gbps|tflops|faster|slower|runtime|_ms\b|_s\b", re.IGNORECASE)
-MEMORY_NAME_RE = re.compile(r"mem|peak|alloc|activation|footprint|rss|cache|hbm|traffic", re.IGNORECASE)
 SOFTWARE_FIELDS = ("torch", "triton", "cuda", "driver", "python")
 MAX_SETTINGS = 40  # bars per plot panel; the table always has every row
 
 
-def _unit_key(unit) -> str:
-    return str(unit).strip().lower() if isinstance(unit, str) else ""
-
-
-def is_perf_row(metric: str, unit) -> bool:
-    """Whether a metrics row is a timing or memory number (what hardware comparisons are about)."""
-    u = _unit_key(unit)
-    if not u:
-        return False
-    if u in TIME_UNITS or RATE_RE.match(u) or TIME_PER_RE.match(u):
-        return True
-    if u in MEMORY_UNITS:
-        return bool(MEMORY_NAME_RE.search(metric))
-    if u in DIMENSIONLESS or u.startswith("percent"):
-        return bool(PERF_NAME_RE.search(metric))
-    return False
+def is_perf_row(kind) -> bool:
+    """Whether a metrics row (by its ``kind``) is a timing or memory number (what hardware comparisons are about)."""
+    return kind in PERF_KINDS
 
 
 def convert(value: float, unit_from, unit_to) -> float | None:
@@ -205,7 +180,7 @@ def long_frame(results: Results, claim: str) -> pd.DataFrame:
         m = results.metrics.get((hw, claim))
         if m is None or not len(m):
             continue
-        m = m[[is_perf_row(str(name), unit) for name, unit in zip(m["metric"], m["unit"])]]
+        m = m[m["kind"].map(is_perf_row)]
         if not len(m):
             continue
         part = pd.DataFrame({

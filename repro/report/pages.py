@@ -20,7 +20,7 @@ import pandas as pd
 
 from repro import registry
 from repro.report import runtime
-from repro.bench.records import atomic_write_text, read_json, read_metrics, read_verdict
+from repro.bench.records import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
 
 log = logging.getLogger("repro.report")
 
@@ -82,8 +82,10 @@ def _fingerprint_lines(fp: dict) -> list[str]:
             f"Commit: `{git.get('commit')}`{' (dirty tree)' if git.get('dirty') else ''}; config hash `{fp.get('config_hash')}`; measured {fp.get('timestamp')}"]
 
 
-def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, fig_dir: Path) -> list[tuple[str, str]]:
-    from repro.report.plots import theme
+def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, verdict: dict,
+               fig_dir: Path) -> list[tuple[str, str]]:
+    """The claim's figures (repro.report.plots.<claim>): from metrics.csv and the files the claim declared."""
+    from repro.report.plots import ResultFiles, theme
 
     fig_dir.mkdir(parents=True, exist_ok=True)
     theme()  # one visual convention for every claim's figures (repro/report/plots/__init__.py)
@@ -93,7 +95,7 @@ def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, fig_dir: Pa
         if exc.name != f"repro.report.plots.{claim}":
             raise
         return []
-    return module.plots(metrics, results_dir, fig_dir)
+    return module.plots(metrics, ResultFiles(results_dir, verdict), fig_dir)
 
 
 def _checks_frame(checks: list[dict]) -> pd.DataFrame:
@@ -162,8 +164,21 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
     blocks += [("h2", "Where these numbers come from"),
                ("list", [*_fingerprint_lines(fp),
                          f"Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, "
-                         f"`config.json`", f"Runtime: {verdict.get('runtime_s', '?')} s"])]
+                         f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s"])]
     return blocks
+
+
+def _declared_text(verdict: dict) -> str:
+    """The declared result files beside the core ones, in words (``runs.json, 13 files under curves/``)."""
+    names = declared_files(verdict)
+    if not names:
+        return ""
+    top = [n for n in names if "/" not in n]
+    sub: dict[str, int] = {}
+    for n in names:
+        if "/" in n:
+            sub[n.split("/")[0]] = sub.get(n.split("/")[0], 0) + 1
+    return ", " + ", ".join([f"`{n}`" for n in top] + [f"{k} files under `{d}/`" for d, k in sub.items()])
 
 
 def render_markdown(blocks: list[tuple], page_dir: Path) -> str:
@@ -239,7 +254,7 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
     into ``fig_dir`` and one caption file per figure (``fig_dir/captions/<figure>.rst``, used by the report)."""
     results_dir, page, fig_dir = Path(results_dir), Path(page), Path(fig_dir)
     verdict, fp, metrics = read_results(results_dir)
-    figures = make_plots(claim, metrics, results_dir, fig_dir)
+    figures = make_plots(claim, metrics, results_dir, verdict, fig_dir)
     blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir)
     atomic_write_text(page, render_markdown(blocks, page.parent))
     title = f"{claim} on {verdict.get('hardware')} ({verdict.get('scale')}): {verdict['verdict']}"

@@ -1,6 +1,9 @@
-"""Per-claim plot modules: ``repro.report.plots.<claim_id>.plots(metrics, results_dir, out_dir)``.
+"""Per-claim plot modules: ``repro.report.plots.<claim_id>.plots(metrics, files, out_dir)``.
 
-Each returns a list of (PNG file name, caption) it wrote into ``out_dir``; the claim page embeds them.
+Each returns a list of (PNG file name, caption) it wrote into ``out_dir``; the claim page embeds them. A plot reads
+the claim's metrics.csv (``metrics``) and, beyond it, only the files the claim declared (its ``ARTIFACTS``, recorded
+in verdict.json by ``repro.bench.records.write_results``), through ``files`` (:class:`ResultFiles`); it never opens a
+path of the results folder itself.
 
 One visual convention for every figure (also the hardware comparison, repro/report/compare.py):
 
@@ -12,6 +15,10 @@ One visual convention for every figure (also the hardware comparison, repro/repo
 - shared colour and axis scales wherever panels are compared (``sharey``/one ``vmin``/``vmax`` per figure);
 - legends outside the data area when they would cover it (:func:`legend_outside`).
 """
+import fnmatch
+import json
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -19,6 +26,41 @@ matplotlib.use("Agg")
 PUBLISHED_COLOR = "black"
 PUBLISHED_STYLE = {"color": PUBLISHED_COLOR, "ls": "--", "lw": 1.2}
 BAND_STYLE = {"color": "0.55", "alpha": 0.18, "lw": 0}
+
+
+class ResultFiles:
+    """The declared result files of one claim's results folder: the names its verdict.json records
+    (``repro.bench.records.declared_files``), each checked against its recorded sha256 when read. Asking for an
+    undeclared file raises ResultsError naming it."""
+
+    def __init__(self, folder, verdict: dict):
+        self.folder, self.verdict = Path(folder), verdict
+
+    @classmethod
+    def of(cls, folder) -> "ResultFiles":
+        """The declared files of a complete results folder (its verdict.json read)."""
+        from repro.bench.records import read_verdict
+
+        return cls(folder, read_verdict(folder))
+
+    def names(self, pattern: str = "*") -> list[str]:
+        """Declared file names (relative to the results folder) matching the glob ``pattern``, sorted."""
+        from repro.bench.records import declared_files
+
+        return sorted(n for n in declared_files(self.verdict) if fnmatch.fnmatch(n, pattern))
+
+    def path(self, name: str) -> Path:
+        from repro.bench.records import artifact_path
+
+        return artifact_path(self.folder, name, self.verdict)
+
+    def read_json(self, name: str):
+        return json.loads(self.path(name).read_text())
+
+    def read_csv(self, name: str):
+        import pandas as pd
+
+        return pd.read_csv(self.path(name))
 
 
 def theme() -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
+from . import ResultFiles, PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
 
 # registry keys of Korthikanti Eq. 1's coefficients per (section, kind)
 PUBLISHED_KEYS = {("attention", "sbh"): "korthikanti_attention_sbh_coeff", ("mlp", "sbh"): "korthikanti_mlp_sbh_coeff",
@@ -41,9 +41,11 @@ def _terms(metrics, out_dir):
     ax.set_xlabel(f"term ({m['dtype'].iloc[0]} run)")
     legend_outside(ax)
     save(fig, out_dir, "terms.png")
+    k = {sk: published("activation_checkpointing", key) for sk, key in PUBLISHED_KEYS.items()}
     return ("terms.png", "Per-layer saved activations by term, in the paper's convention (2 bytes per float element, "
-            "1 byte per dropout-mask element), beside Korthikanti's 11sbh + 5as^2b (attention), 19sbh (MLP), 4sbh "
-            "(norms; black dashed bars). The as^2b term exists only for the math backend.")
+            f"1 byte per dropout-mask element), beside Korthikanti's {k[('attention', 'sbh')]:g}sbh + "
+            f"{k[('attention', 'score')]:g}as^2b (attention), {k[('mlp', 'sbh')]:g}sbh (MLP), "
+            f"{k[('norms', 'sbh')]:g}sbh (norms; black dashed bars). The as^2b term exists only for the math backend.")
 
 
 def _sweep(metrics, out_dir, axis, name, caption):
@@ -95,7 +97,7 @@ def _time(metrics, out_dir):
             "the one-extra-forward prediction, and the published overheads.")
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = [_terms(metrics, out_dir),
            _sweep(metrics, out_dir, "depth", "memory_vs_depth.png",
                   "Activation memory vs depth n per policy (log-log): peak during forward+backward (left) and what "

@@ -5,10 +5,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import published_points
+from . import ResultFiles, published_points
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     act = metrics[metrics["metric"].isin(["relu_output", "gelu_output", "silu_output"])].copy()
     if len(act):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import PUBLISHED_COLOR, legend_outside, published, save
+from . import ResultFiles, PUBLISHED_COLOR, legend_outside, published, save
 
 # Dao et al. Table 21 (registry keys) by backend and sequence length
 TABLE21_KEYS = {"math": {1024: "memory_1k_pytorch", 4096: "memory_4k_pytorch"},
@@ -87,7 +87,7 @@ def _steps(metrics, out_dir):
             "GPT-2-shaped model per attention backend (bars: IQR/2).")
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = [_vs_n(metrics, out_dir, "attn_peak_memory", "peak memory (MiB)", "memory_vs_n.png",
                  "Peak memory above the inputs vs N per provider (log-log; gray: slopes 1 and 2). Standard attention "
                  "materialises the N x N scores; SDPA and the Triton kernel do not.", [(1, ":"), (2, "--")]),

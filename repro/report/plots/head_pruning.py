@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
+from . import ResultFiles, PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
 
 VOITA_ENCODER_HEADS = 48  # Voita et al.'s Transformer-base encoder: 6 layers x 8 heads (the model, not a result)
 
@@ -22,7 +22,7 @@ def _sel(m: pd.DataFrame, name: str) -> pd.DataFrame:
     return d
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     abl = _sel(metrics, "ablation_bleu_delta")
     if len(abl):
@@ -65,7 +65,8 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         ax.set_xlabel("heads pruned (%)"); ax.set_ylabel("BLEU (test subset)")
         legend_outside(ax)
         save(fig, out_dir, "pruning_curve.png")
-        out.append(("pruning_curve.png", "BLEU vs fraction of heads pruned (10% per step), lowest Michel importance "
+        out.append(("pruning_curve.png", f"BLEU vs fraction of heads pruned ({published('head_pruning', 'michel_prune_step'):g}% per step), "
+                                         "lowest Michel importance "
                                          "first vs random orders; dashed: Michel et al.'s WMT figures (Fig. 3)."))
     kept = _sel(metrics, "l0_heads_kept")
     delta = _sel(metrics, "l0_bleu_delta")

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import legend_outside, published_band, published_line, save  # noqa: E402
+from . import ResultFiles, legend_outside, published, published_band, published_line, save  # noqa: E402
 
 STACKS = ("encoder", "decoder", "lm")
 QUALITY = {"encoder": ("bleu", "BLEU (test subset)"), "decoder": ("bleu", "BLEU (test subset)"),
@@ -37,7 +37,21 @@ def _published_band():
         return {}
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+MODEL_NAMES = {"qwen": "Qwen", "phi2": "Phi-2", "mistral7b": "Mistral", "llama2": "Llama-2"}
+
+
+def _gromov_text() -> str:
+    """'(Llama-2 45-55% band; dashed: Qwen 20%, ...)' from the registry's collapse points."""
+    band = _published_band()
+    if not band:
+        return ""
+    lo_hi = band.get("llama2")
+    head = f"Llama-2 {min(lo_hi):g}-{max(lo_hi):g}% band; " if isinstance(lo_hi, list) else ""
+    rest = ", ".join(f"{MODEL_NAMES.get(k, k)} {v:g}%" for k, v in band.items() if isinstance(v, (int, float)))
+    return f" ({head}dashed: {rest})"
+
+
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     stacks = [s for s in STACKS if ((metrics["metric"] == "n_layers") & (_col(metrics, "stack") == s)).any()]
     if not stacks:
@@ -55,8 +69,10 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
             ax.set_xticks(list(d["layer"]))
         axes[0][0].set_ylabel("BI = 1 - E cos(x_i, x_i+1)")
         fig.tight_layout(); fig.savefig(out_dir / "block_influence.png", dpi=110); plt.close(fig)
+        removed = published("layer_pruning", "shortgpt_llama2_7b_layers_removed")
         out.append(("block_influence.png", "Block Influence (ShortGPT) per layer on the calibration batches, all "
-                    "non-pad tokens; ShortGPT removes the lowest-BI layers (Llama2-7B: 21-29 of 32)."))
+                    f"non-pad tokens; ShortGPT removes the lowest-BI layers (Llama2-7B: {min(removed)}-"
+                    f"{max(removed)} of 32)."))
     # 2. angular distance heatmaps
     ang = metrics[metrics["metric"] == "angular_distance"].copy()
     if len(ang):
@@ -133,8 +149,8 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         legend_outside(axes[0][-1])
         save(fig, out_dir, "quality_vs_removed.png")
         out.append(("quality_vs_removed.png", "Quality vs % of layers removed per selection rule (random: mean over "
-                    "seeds; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Orange: Gromov's collapse points (Llama-2 "
-                    "45-55% band; dashed: Qwen 20%, Phi-2 25%, Mistral 35%)."))
+                    "seeds; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Black: Gromov's collapse points"
+                    + _gromov_text() + "."))
     # 4. healed vs unhealed validation NLL (Gromov Fig 3 analogue)
     nll = metrics[metrics["metric"] == "valid_nll"].copy()
     if len(nll) and _col(nll, "healed").astype(bool).any():

@@ -5,10 +5,12 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from . import ResultFiles
+
 SLOTS = ["attention", "ffn", "router", "norms", "embeddings"]
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     m = metrics.copy()
     m["model"] = m["sweep"].map(lambda s: s.get("model"))
     shares = m[m["metric"].isin([f"share_{s}" for s in SLOTS])].copy()

@@ -8,10 +8,10 @@ import pandas as pd
 import seaborn as sns
 
 
-from . import legend_outside, published, published_line, save as _save, with_sweep as _sweep
+from . import ResultFiles, legend_outside, published, published_line, save as _save, with_sweep as _sweep
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     g = metrics[(metrics["metric"] == "weight_grad_norm")]
     g = _sweep(g, "norm", "position", "stack", "layer", "matrix", "seed", "depth")
@@ -62,7 +62,8 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         legend_outside(ax)
         _save(fig, out_dir, "final_w2_vs_depth.png")
         out.append(("final_w2_vs_depth.png", "Fig 3(c,d) analogue: gradient norm of W2 in the final decoder FFN at "
-                    "init vs depth (mean +- sd over seeds). Paper: Post-LN flat around 1.6, Pre-LN decreasing."))
+                    "init vs depth (mean +- sd over seeds). Paper: Post-LN flat around "
+                    f"{published('prepost_gradients', 'fig3_postln_final_w2_grad_norm'):g}, Pre-LN decreasing."))
     frames = []
     for name, label in (("final_w2_grad_norm", "full model (Fig 3 c,d)"), ("thm1_final_w2_grad_norm", "simplified setting (Thm 1)")):
         t = _sweep(metrics[metrics["metric"] == name], "norm", "position", "depth", "seed")
@@ -101,10 +102,11 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
                               published("prepost_gradients", "lemma2_preln_sq_norm_upper"))
         ax.plot(L, a0 + a1 * L, "--", color="black", lw=1, label=f"paper: Pre-LN lower bound {a0:g} + {a1:g} l")
         ax.plot(L, b0 + b1 * L, "-.", color="black", lw=1, label=f"paper: Pre-LN upper bound {b0:g} + {b1:g} l")
-        published_line(ax, published("prepost_gradients", "lemma2_postln_sq_norm_over_d"), "Post-LN 3/2", ls=":")
+        post = published("prepost_gradients", "lemma2_postln_sq_norm_over_d")
+        published_line(ax, post, f"Post-LN {post:g}", ls=":")
         ax.set(xlabel="layer l", ylabel="E||x||^2 / d")
         legend_outside(ax)
         _save(fig, out_dir, "lemma2.png")
         out.append(("lemma2.png", "Lemma 2 by Monte Carlo in the simplified setting (error bars: 3 standard errors) "
-                    "against the published value 3d/2 and bounds (1 + l/2)d, (1 + 3l/2)d."))
+                    f"against the published value {post:g} d and bounds ({a0:g} + {a1:g} l) d, ({b0:g} + {b1:g} l) d."))
     return out

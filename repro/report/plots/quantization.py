@@ -7,10 +7,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from . import save as _save, with_sweep as _sweep
+from . import ResultFiles, published, save as _save, with_sweep as _sweep
 
 
-def plots(metrics, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     p = _sweep(metrics[metrics["metric"] == "valid_ppl"], "model", "method", "family", "bits", "calibration_seed")
     if len(p):
@@ -33,8 +33,10 @@ def plots(metrics, results_dir, out_dir) -> list[tuple[str, str]]:
         _save(fig, out_dir, "perplexity_by_method.png")
         out.append(("perplexity_by_method.png",
                     "Validation perplexity per method (log scale; dotted: fp32). GPTQ bars: mean over calibration "
-                    "seeds (error bar: std; dots: seeds). Paper: LLM.int8() keeps 13B C4 at 12.45 where absmax int8 "
-                    "gives 19.08; GPTQ stays near fp16 at 3-4 bits where RTN collapses."))
+                    "seeds (error bar: std; dots: seeds). Paper: LLM.int8() keeps 13B C4 at "
+                    f"{published('quantization', 'int8_c4_ppl_13b_llm_int8'):g} where absmax int8 gives "
+                    f"{published('quantization', 'int8_c4_ppl_13b_absmax'):g}; GPTQ stays near fp16 at "
+                    f"{'-'.join(map(str, published('quantization', 'gptq_bits')))} bits where RTN collapses."))
     b = _sweep(metrics[metrics["metric"] == "weight_bytes_vs_fp16"], "model", "method")
     if len(b):
         b = b.drop_duplicates(["model", "method"])

@@ -10,14 +10,14 @@ import pandas as pd
 import seaborn as sns
 
 
-from . import save as _save, with_sweep as _sweep
+from . import ResultFiles, save as _save, with_sweep as _sweep
 
 ORDER = ("attention", "attention_skip", "attention_mlp", "full_post", "full_pre")
 MEASURES = {"residual_ratio": "rho = ||res(X_L)|| / ||res(X_0)||", "relative_residual": "||res(X)|| / ||X|| (diagnostic)",
             "layernorm_residual": "residual after LayerNorm (diagnostic)"}
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     r = _sweep(metrics[metrics["metric"].isin(list(MEASURES))], "init", "variant", "layer", "seed")
     if len(r):

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import legend_outside, published, published_band, published_line, save
+from . import ResultFiles, legend_outside, published, published_band, published_line, save
 
 
 def _reduction_range() -> tuple[float, float]:
@@ -83,5 +83,5 @@ def _model(metrics, out_dir):
             "bars: IQR/2) per norm implementation, beside the published reductions.")
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     return [o for o in (_op_ratio(metrics, out_dir), _op_bandwidth(metrics, out_dir), _model(metrics, out_dir)) if o]

@@ -4,7 +4,6 @@ Every configuration ran once per seed: lines and bars are the seeds' mean, bands
 the unigram entropy of the training targets (the gate of the verdict) is drawn on the validation-NLL panels."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -15,7 +14,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import legend_outside, published_points  # noqa: E402
+from . import ResultFiles, legend_outside, published, published_points  # noqa: E402
+
+
+CLAIM = "warmup_stability"
 
 
 def _label(s: dict) -> str:
@@ -24,18 +26,18 @@ def _label(s: dict) -> str:
     return f"{s['position']}-{kind}, {w}"
 
 
-def _curves(results_dir: Path) -> pd.DataFrame:
-    """Training loss (smoothed) and validation NLL per run, from curves/<run>.csv and runs.json."""
-    runs_file = results_dir / "runs.json"
-    if not runs_file.exists():
+def _curves(files: ResultFiles) -> pd.DataFrame:
+    """Training loss (smoothed) and validation NLL per run, from the declared runs.json and curves/<run>.csv."""
+    if "runs.json" not in files.names():
         return pd.DataFrame()
-    runs = {r["name"]: r for r in json.loads(runs_file.read_text())["runs"]}
+    runs = {r["name"]: r for r in files.read_json("runs.json")["runs"]}
+    curves = set(files.names("curves/*.csv"))
     frames = []
     for name, r in runs.items():
-        f = results_dir / "curves" / f"{name}.csv"
-        if not f.exists():
+        f = f"curves/{name}.csv"
+        if f not in curves:
             continue
-        c = pd.read_csv(f)
+        c = files.read_csv(f)
         if not len(c):
             continue
         win = max(1, len(c) // 20)
@@ -61,10 +63,10 @@ def _entropy_lines(g, metrics: pd.DataFrame, all_axes: bool = False) -> None:
         ax.text(ax.get_xlim()[0], float(h.iloc[0]), " unigram entropy", fontsize=6, va="bottom", color="gray")
 
 
-def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
-    results_dir, out_dir = Path(results_dir), Path(out_dir)
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    out_dir = Path(out_dir)
     out: list[tuple[str, str]] = []
-    cur = _curves(results_dir)
+    cur = _curves(files)
     if len(cur):
         main = cur[cur["groups"].str.contains("xiong|nguyen")]
         main = main[main["value"].map(lambda x: math.isfinite(x))]
@@ -113,8 +115,11 @@ def plots(metrics: pd.DataFrame, results_dir, out_dir) -> list[tuple[str, str]]:
         plt.close(fig)
         out.append(("bleu.png", "Final BLEU per configuration (bars: mean over seeds, whiskers one standard "
                     "deviation, dots the seeds) and the papers' BLEU for the same configuration (black X; Xiong: "
-                    "Post-LN 8.45 without warm-up, 31.16 / 2.77 with warm-up 500 at lr 5e-4 / 1e-3; Nguyen & Salazar "
-                    "Table 5 at 4-6 layers). A diverged run scores 0; the dashed line is copying the source."))
+                    f"Post-LN {published(CLAIM, 'xiong_postln_no_warmup_bleu'):g} without warm-up, "
+                    f"{published(CLAIM, 'xiong_postln_warmup500_lr5e4_bleu'):g} / "
+                    f"{published(CLAIM, 'xiong_postln_warmup500_lr1e3_bleu'):g} with warm-up 500 at lr 5e-4 / 1e-3; "
+                    "Nguyen & Salazar Table 5 at 4-6 layers). A diverged run scores 0; the dashed line is copying the "
+                    "source."))
     nll = metrics[metrics["metric"] == "final_valid_nll"].copy()
     div = metrics[metrics["metric"] == "diverged"].copy()
     if len(nll):

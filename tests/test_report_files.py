@@ -1,0 +1,137 @@
+"""What the report may read: the ``kind`` of a metrics row (repro.bench.kinds, records.metric) and the declared
+result files of a claim (write_results ``artifacts`` -> verdict.json -> repro.report.plots.ResultFiles). Every plot
+module runs on a copy of a committed results folder that holds only the declared files, while every file it opens
+is recorded: nothing undeclared may be read."""
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from repro import registry
+from repro.bench import kinds
+from repro.bench.records import (CORE_FILES, ResultsError, declared_files, metric, read_metrics, read_verdict,
+                                 verdict, write_results)
+from repro.config import ROOT
+from repro.report.pages import claim_page
+from repro.report.plots import ResultFiles
+
+FP = {"hardware_id": "hw-test", "git": {"commit": "abc"}, "timestamp": "t", "hardware": {}, "software": {}}
+
+
+@pytest.mark.parametrize("unit,kind", [("s", "time"), ("ms", "time"), ("s/1k steps", "time"), ("min", "time"),
+                                       ("bytes", "memory"), ("MiB", "memory"), ("GB", "memory"),
+                                       ("tokens/s", "rate"), ("GB/s", "rate"), ("TFLOP/s", "rate"),
+                                       ("BLEU", "quality"), ("perplexity", "quality"), ("nats/token", "quality"),
+                                       ("params", "count"), ("heads", "count"),
+                                       ("frobenius", "statistic"), ("cosine", "statistic"), ("", "statistic")])
+def test_kind_inferred_from_the_unit(unit, kind):
+    assert metric("rmsnorm_speed", "m", 1.0, unit)["kind"] == kind
+
+
+@pytest.mark.parametrize("unit", ["ratio", "x", "percent", "%", "fraction", "percent of layers"])
+def test_dimensionless_rows_need_an_explicit_kind(unit):
+    with pytest.raises(kinds.KindError, match="'speedup'.*needs kind="):
+        metric("rmsnorm_speed", "speedup", 1.2, unit)
+    assert metric("rmsnorm_speed", "speedup", 1.2, unit, kind="ratio_time")["kind"] == "ratio_time"
+    assert metric("rmsnorm_speed", "gain", 1.2, unit, kind="statistic")["kind"] == "statistic"
+
+
+def test_explicit_kind_checked_and_sweep_named_kind():
+    with pytest.raises(kinds.KindError, match="not one of"):
+        metric("rmsnorm_speed", "m", 1.0, "ratio", kind="speed")
+    with pytest.raises(kinds.KindError, match="contradicts its unit"):
+        metric("rmsnorm_speed", "m", 1.0, "s", kind="memory")
+    # a computed size in a memory unit may say it is not a measured memory number
+    assert metric("param_accounting", "weights_gb", 13.5, "GB", kind="count")["kind"] == "count"
+    # a sweep variable called "kind" (head_pruning's attention kind) goes through sweep=
+    row = metric("head_pruning", "heads_total", 8, "heads", sweep={"kind": "encoder_self"}, layer=1)
+    assert row["kind"] == "count" and row["sweep"] == {"kind": "encoder_self", "layer": 1}
+
+
+def test_kind_column_written_and_old_files_fall_back(tmp_path):
+    rows = [metric("flash_attention", "attn_time", 0.1, "s"),
+            metric("flash_attention", "fig2_speedup_over_math", 2.0, "x", kind="ratio_time"),
+            metric("flash_attention", "memory_ratio", 3.0, "x", kind="ratio_memory")]
+    write_results(tmp_path, claim="flash_attention", scale="default", metrics=rows,
+                  verdict=verdict("flash_attention", "not_applicable", "t"), config={}, fingerprint=FP)
+    assert "kind" in (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert list(read_metrics(tmp_path)["kind"]) == ["time", "ratio_time", "ratio_memory"]
+    # a metrics.csv from before the column: the name patterns the comparison used to guess by (one fallback)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "metrics.csv").write_text(
+        "claim,metric,unit,value,sweep\nx,fig2_speedup_over_math,x,2.0,{}\nx,peak_reduction,x,3.0,{}\n"
+        "x,gain,ratio,1.0,{}\nx,weights_gb,GB,1.0,{}\nx,peak_memory,MiB,1.0,{}\nx,bleu,BLEU,30,{}\n")
+    assert list(read_metrics(tmp_path / "old", verify=False)["kind"]) == [
+        "ratio_time", "ratio_memory", "statistic", "statistic", "memory", "quality"]
+
+
+def test_declared_files_recorded_checked_and_refused_otherwise(tmp_path):
+    (tmp_path / "curves").mkdir()
+    (tmp_path / "curves" / "a.csv").write_text("step,loss\n1,2.0\n")
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": []}))
+    (tmp_path / "scratch.json").write_text("{}")  # written by the claim, not declared
+    write_results(tmp_path, claim="warmup_stability", scale="default", metrics=[metric("warmup_stability", "m", 1.0)],
+                  verdict=verdict("warmup_stability", "not_applicable", "t"), config={}, fingerprint=FP,
+                  artifacts=("runs.json", "curves/*.csv"))
+    v = read_verdict(tmp_path)
+    assert declared_files(v) == ["runs.json", "curves/a.csv"]
+    files = ResultFiles(tmp_path, v)
+    assert files.names("curves/*.csv") == ["curves/a.csv"] and files.read_json("runs.json") == {"runs": []}
+    assert list(files.read_csv("curves/a.csv")["loss"]) == [2.0]
+    with pytest.raises(ResultsError, match="scratch.json: not a declared result file"):
+        files.path("scratch.json")
+    (tmp_path / "curves" / "a.csv").write_text("step,loss\n1,9.0\n")
+    with pytest.raises(ResultsError, match="a.csv: damaged or changed"):
+        files.read_csv("curves/a.csv")
+    with pytest.raises(ResultsError, match="missing.json: declared .* but no such file"):
+        write_results(tmp_path / "b", claim="warmup_stability", scale="default", metrics=[],
+                      verdict=verdict("warmup_stability", "not_applicable", "t"), config={}, fingerprint=FP,
+                      artifacts=("missing.json",))
+
+
+def _committed_results() -> dict[str, Path]:
+    """One committed results folder per claim that has a plot module (default scale, first machine found)."""
+    found: dict[str, Path] = {}
+    for v in sorted((ROOT / "results").glob("*/default/*/verdict.json")):
+        claim = v.parent.name
+        if claim in registry.claim_ids() and (ROOT / "repro" / "report" / "plots" / f"{claim}.py").exists():
+            found.setdefault(claim, v.parent)
+    return found
+
+
+COMMITTED = _committed_results()
+
+
+@pytest.mark.parametrize("claim", sorted(COMMITTED))
+def test_plots_read_only_declared_files(claim, tmp_path, monkeypatch):
+    src = COMMITTED[claim]
+    dst = tmp_path / "results" / claim
+    names = [*CORE_FILES, *declared_files(read_verdict(src))]
+    for name in names:
+        if (src / name).exists():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, dst / name)
+    opened: list[Path] = []
+    real_open = builtins.open
+
+    def recording_open(file, *args, **kwargs):
+        if isinstance(file, (str, Path)):
+            opened.append(Path(file).resolve())
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", recording_open)
+    monkeypatch.setattr(io, "open", recording_open)
+    page = claim_page(claim, dst, tmp_path / "pages" / f"{claim}.md", tmp_path / "pages" / claim)
+    monkeypatch.undo()
+    read = {p.relative_to(dst.resolve()).as_posix() for p in opened if p.is_relative_to(dst.resolve())}
+    assert read <= set(names), f"{claim}: read undeclared files {sorted(read - set(names))}"
+    figures = sorted(p.name for p in (tmp_path / "pages" / claim).glob("*.png"))
+    assert figures, f"{claim}: no figure from its declared files"
+    assert page.read_text().count("![") == len(figures)
+    if claim == "warmup_stability":  # the curves come from the declared runs.json and curves/*.csv
+        assert "loss_curves.png" in figures and "curves/" in " ".join(read)
