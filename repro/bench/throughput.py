@@ -443,16 +443,18 @@ def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
         s, rf = tps[(task, "suite")], tps[(task, "reference")]
         ratio = [a / b for a, b in zip(s, rf)]
         entry = {}
-        for name, xs, unit in (("suite_tokens_per_s", s, "tokens/s"), ("reference_tokens_per_s", rf, "tokens/s"),
-                               ("suite_over_reference", ratio, "ratio")):
+        for name, xs, unit, kind in (("suite_tokens_per_s", s, "tokens/s", "rate"),
+                                     ("reference_tokens_per_s", rf, "tokens/s", "rate"),
+                                     ("suite_over_reference", ratio, "ratio", "ratio_time")):
             med, q1, q3 = quartiles(xs)
-            rows.append(metric(CLAIM, name, med, unit, spread=q3 - q1, n=len(xs), task=task, q25=q1, q75=q3))
+            rows.append(metric(CLAIM, name, med, unit, kind=kind, spread=q3 - q1, n=len(xs), task=task, q25=q1,
+                               q75=q3))
             entry[name] = {"median": med, "q25": q1, "q75": q3, "values": xs}
         summary["tasks"][task] = entry
     for where, pf in (("epoch", pad_epoch), ("benchmarked_batches", pad_bench)):
         for part in ("src", "tgt", "all"):
-            rows.append(metric(CLAIM, "padding_fraction", pf[part], "fraction", n=pf["batches"], batches=where,
-                               part=part))
+            rows.append(metric(CLAIM, "padding_fraction", pf[part], "fraction", kind="statistic", n=pf["batches"],
+                               batches=where, part=part))
     summary.update(padding_fraction={"epoch": pad_epoch, "benchmarked_batches": pad_bench},
                    same_hypotheses=same, nice=os.nice(0), load_before=load_before, load_after=load_after, seconds=seconds,
                    threads=threads, parameters={"suite": n_params, "reference": n_ref},
