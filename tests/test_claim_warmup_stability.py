@@ -314,3 +314,24 @@ def test_rerun_keeps_finished_runs(tiny_run):
     a = {key(r): r["value"] for r in rows if r["metric"] != "train_seconds"}
     b = {key(r): r["value"] for r in rows2 if r["metric"] != "train_seconds"}
     assert a == b
+
+
+def test_rerun_keeps_finished_runs_only_for_the_same_training_code(tiny_run, monkeypatch, caplog):
+    """A rerun with the same parameters resumes (keeps every finished run); after a change to the training code the
+    runs are trained again (runs trained by older code were reused before: the resume key was the parameters only)."""
+    import json
+    import logging
+    import shutil
+
+    p, out, _, _ = tiny_run
+    work = out.parent / "ws_rerun"
+    shutil.copytree(out, work)
+    n = len(json.loads((work / "runs.json").read_text())["runs"])
+    with caplog.at_level(logging.INFO, logger="repro.warmup_stability"):
+        ws.run(p, "tiny", work)
+    assert f"{n} runs kept from runs.json, 0 to train" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(ws, "_training_code_hash", lambda: "changed-code")
+    with caplog.at_level(logging.INFO, logger="repro.warmup_stability"):
+        ws.run(p, "tiny", work)
+    assert f"0 runs kept from runs.json, {n} to train" in caplog.text

@@ -52,7 +52,9 @@ from __future__ import annotations
 
 import json
 import logging
+import hashlib
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -63,7 +65,9 @@ from repro import artefacts
 from repro.bench import records
 from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
                                   verdict_from_checks)
+from repro.model import block, models
 from repro.progress import Progress
+from repro.train import loop
 
 CLAIM = "warmup_stability"
 ARTIFACTS = ("runs.json", "curves/*.csv")  # result files beside metrics.csv (declared in verdict.json; the plots read them)
@@ -153,6 +157,15 @@ def plan_runs(params: dict) -> list[dict]:
     configs = sorted(runs.values(), key=rank)
     return [{**r, "groups": list(r["groups"]), "name": f"{r['name']}_s{seed}", "seed": seed}
             for r in configs for seed in seeds_of(params)]
+
+
+def _training_code_hash() -> str:
+    """sha256 (12 hex) of the code a training run executes: this module, the training loop, the model and its
+    blocks. Part of runs.json's resume key, so runs trained by older code are not reused."""
+    h = hashlib.sha256()
+    for mod in (sys.modules[__name__], loop, models, block):
+        h.update(Path(mod.__file__).read_bytes())
+    return h.hexdigest()[:12]
 
 
 def unigram_entropy(encoded, vocab_size: int) -> float:
@@ -614,9 +627,10 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     log.info("data: %d train pairs, %d valid, %d test sentences; vocab %d (%s); target unigram entropy %.3f nats; "
              "%d runs planned; %.1f s", len(enc["train"]), len(enc["valid"]), len(test["refs"]), tok.vocab_size,
              tok_path, data["unigram_entropy"], len(plan), time.time() - t0)
-    # runs.json is rewritten after every run; a rerun with the same parameters keeps the finished runs (resume)
-    key = json.dumps({k: v for k, v in params.items() if k not in ("tokenizer_path", "workers")}, sort_keys=True,
-                     default=str)
+    # runs.json is rewritten after every run; a rerun with the same parameters and the same training code keeps the
+    # finished runs (resume after an interruption); changed parameters or training code retrain every run
+    key = json.dumps({**{k: v for k, v in params.items() if k not in ("tokenizer_path", "workers")},
+                      "training_code": _training_code_hash()}, sort_keys=True, default=str)
     done = {}
     if (out / "runs.json").exists():
         old = json.loads((out / "runs.json").read_text())
