@@ -145,14 +145,14 @@ def hf_folder(params: dict, claim: str, key: str = "hf_model", text_key: str | N
 
 def load_hf_model(path: str | Path, device="cpu", dtype=None):
     """A ``Trained`` (kind ``lm``) for a Hugging Face folder: the suite's model with the folder's weights
-    (repro.model.hf_import.load_pretrained) and its tokenizer; ``meta`` names the family and parameter count."""
+    (repro.model.hf_import.load_pretrained) and its tokenizer; ``meta`` names the family, kind (decoder_lm, encoder...) and parameter count."""
     from repro.model.hf_import import load_pretrained, load_tokenizer
     from repro.train.pipeline import Trained
 
     kwargs = {"device": device, **({"dtype": dtype} if dtype is not None else {})}
     model, info = load_pretrained(path, **kwargs)
     tok = load_tokenizer(path, info.hf_config)
-    meta = {"hf_model": str(path), "family": info.family, "architecture": info.architecture,
+    meta = {"hf_model": str(path), "family": info.family, "kind": info.kind, "architecture": info.architecture,
             "params": info.params["total"], "checkpoint_params": info.checkpoint_params, "notes": info.notes}
     return Trained(model, tok, tok.bos_id, "lm", {}, meta)
 

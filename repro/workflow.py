@@ -3,6 +3,7 @@ one claim rule's inputs, threads and resources (from each claim's ``workflow`` s
 pure function of the config). Kept out of the .smk files so those hold rules only."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -36,6 +37,8 @@ class Run:
         self.logs = f"logs/{self.hw}/{self.scale}"
         self.models = f"{self.res}/_models"
         self.basedir = Path(basedir)
+        self._sections: dict = {}
+        self._specs: dict = {}
         self.claims_with_workflow = registry.implemented_claims(self.basedir)
         if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
             self.check_results()
@@ -70,18 +73,24 @@ class Run:
         return [f"workflows/{n}.smk" for n in names if (self.basedir / "workflows" / f"{n}.smk").exists()]
 
     def section(self, name: str) -> dict:
-        """Validated parameters of one claim (or shared artefact) at this scale, overrides applied."""
-        try:
-            return section(name, self.scale, self.cfg["overrides"])
-        except ConfigError as exc:
-            raise self._error(f"invalid configuration: {exc}") from None
+        """Validated parameters of one claim (or shared artefact) at this scale, overrides applied (validated once
+        per run; a copy per call)."""
+        if name not in self._sections:
+            try:
+                self._sections[name] = section(name, self.scale, self.cfg["overrides"])
+            except ConfigError as exc:
+                raise self._error(f"invalid configuration: {exc}") from None
+        return copy.deepcopy(self._sections[name])
 
     def spec(self, claim: str) -> dict:
-        """The claim's ``workflow`` section at this scale (threads, resources, sections, needs)."""
-        try:
-            return workflow_spec(claim, self.scale)
-        except ConfigError as exc:
-            raise self._error(f"invalid configuration: {exc}") from None
+        """The claim's ``workflow`` section at this scale (threads, resources, sections, needs); read and validated
+        once per run (the rule's threads and resources ask for it per job)."""
+        if claim not in self._specs:
+            try:
+                self._specs[claim] = workflow_spec(claim, self.scale)
+            except ConfigError as exc:
+                raise self._error(f"invalid configuration: {exc}") from None
+        return self._specs[claim]
 
     def params(self, name: str) -> str:
         """Validated parameters of one claim (or shared artefact) at this scale as JSON for --params, with the

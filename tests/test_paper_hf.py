@@ -95,24 +95,29 @@ def test_layer_pruning_paper_section_on_a_llama_folder(tmp_path):
     assert verdict["verdict"] != "not_implemented" and verdict["checks"]
 
 
-def test_claim_layer_pruning_through_snakemake_from_a_llama_folder(tmp_path):
+def _claim_at_paper_scale(tmp_path, claim: str, overrides: dict):
+    """``snakemake claim_<claim>`` at scale=paper in a scratch folder with ``overrides`` for the claim; returns its
+    project folder, results folder and verdict. Snakemake 9 reads nested --config values as strings, so the overrides (numbers) come
+    in a config file; the scale is chosen on the command line as the README shows."""
     from test_workflow import smk
 
+    cfg_file = tmp_path / f"{claim}_paths.yaml"
+    cfg_file.write_text(yaml.safe_dump({"overrides": {claim: overrides}}))
+    work = tmp_path / "run"
+    work.mkdir()
+    r = smk(f"claim_{claim}", "--cores", "1", "--directory", str(work), "--configfile", str(cfg_file),
+            "--config", "scale=paper", "hardware=test-hw", timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    res = work / f"results/test-hw/paper/{claim}"
+    return work, res, json.loads((res / "verdict.json").read_text())
+
+
+def test_claim_layer_pruning_through_snakemake_from_a_llama_folder(tmp_path):
     folder, text = write_tiny_llama(tmp_path)
     p = _small(config.section(lp.CLAIM, "tiny"), folder, text)
     lp_over = {k: p[k] for k in ("device", "hf_model", "text_path", "stacks", "random_seeds", "text_max_len",
                                  "calibration", "eval", "heal")}
-    # Snakemake 9 reads nested --config values as strings, so the budgets (numbers) come in a config file; the
-    # scale is chosen on the command line as the README shows
-    cfg_file = tmp_path / "llama_paths.yaml"
-    cfg_file.write_text(yaml.safe_dump({"overrides": {"layer_pruning": lp_over}}))
-    work = tmp_path / "run"
-    work.mkdir()
-    r = smk("claim_layer_pruning", "--cores", "1", "--directory", str(work), "--configfile", str(cfg_file),
-            "--config", "scale=paper", "hardware=test-hw", timeout=900)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
-    res = work / "results/test-hw/paper/layer_pruning"
-    verdict = json.loads((res / "verdict.json").read_text())
+    work, res, verdict = _claim_at_paper_scale(tmp_path, "layer_pruning", lp_over)
     assert verdict["scale"] == "paper" and verdict["checks"], verdict
     cfg = json.loads((res / "config.json").read_text())["config"]
     assert cfg["hf_model"] == str(folder) and cfg["stacks"] == ["lm"]
@@ -226,20 +231,10 @@ def test_quantization_paper_path_on_a_hf_folder(tmp_path, family):
 
 
 def test_claim_quantization_through_snakemake_from_a_llama_folder(tmp_path):
-    from test_workflow import smk
-
     folder, text = write_tiny_llama(tmp_path)
     p = _quant_small(config.section(qz.CLAIM, "paper"), folder, text)
     over = {k: p[k] for k in ("device", "hf_model", "text_path", "rtn", "gptq", "calibration", "timing")}
-    cfg_file = tmp_path / "llama_paths.yaml"
-    cfg_file.write_text(yaml.safe_dump({"overrides": {"quantization": over}}))
-    work = tmp_path / "run"
-    work.mkdir()
-    r = smk("claim_quantization", "--cores", "1", "--directory", str(work), "--configfile", str(cfg_file),
-            "--config", "scale=paper", "hardware=test-hw", timeout=900)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
-    res = work / "results/test-hw/paper/quantization"
-    verdict = json.loads((res / "verdict.json").read_text())
+    work, res, verdict = _claim_at_paper_scale(tmp_path, "quantization", over)
     assert verdict["scale"] == "paper" and verdict["verdict"] == "inconclusive" and verdict["checks"], verdict
     cfg = json.loads((res / "config.json").read_text())["config"]
     assert cfg["hf_model"] == str(folder) and cfg["calibration"]["seq_len"] == 32

@@ -160,18 +160,18 @@ def load_data(t, name: str, params: dict) -> dict:
 
 def load_hf(folder: Path, device):
     """A decoder-only Hugging Face folder (Llama/Mistral, OPT, GPT-2) as the suite's model, its tokenizer, and the
-    import record (repro.model.hf_import)."""
-    from repro.model.hf_import import HFImportError, load_pretrained, load_tokenizer
+    import record (repro.artefacts.load_hf_model's ``meta``: family, kind, parameters)."""
+    from repro.model.hf_import import HFImportError
 
     try:
-        model, info = load_pretrained(folder, device=device)
-        tok = load_tokenizer(folder, info.hf_config)
+        t = artefacts.load_hf_model(folder, device=device)
     except HFImportError as exc:
         raise QuantizationError(f"quantization.hf_model: {exc}") from None
-    if info.kind != "decoder_lm":
-        raise QuantizationError(f"quantization.hf_model: {folder} is a {info.family} encoder; perplexity needs a "
+    info = t.checkpoint
+    if info["kind"] != "decoder_lm":
+        raise QuantizationError(f"quantization.hf_model: {folder} is a {info['family']} encoder; perplexity needs a "
                                 "decoder-only language model (Llama/Mistral, OPT, GPT-2)")
-    return model.eval(), tok, info
+    return t.model.eval(), t.tokenizer, info
 
 
 def text_data(tok, params: dict, context: int) -> dict:
@@ -499,7 +499,7 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
                                **{k: v for k, v in data["text"].items() if k != "scored_tokens"}))
             score = lambda m, data=data: window_ppl(m, data, device)  # noqa: E731
             r, e = run_model(model, name, params, device, data, score,
-                             dict(hf_model=str(paths[name]), family=info.family))
+                             dict(hf_model=str(paths[name]), family=info["family"]))
         else:
             t = _load(paths, name, device)
             data = load_data(t, name, params)

@@ -52,8 +52,9 @@ def rebuild(results_root: str, reports_root: str) -> None:
     from .matrix import read_cells, write
 
     cells = read_cells(results_root)
+    implemented = set(registry.implemented_claims())  # registered, with a module and a config
     for c in cells:
-        if c.claim in registry.claim_ids() and c.claim in registry.implemented_claims():
+        if c.claim in implemented:
             page = Path(reports_root) / c.hardware / c.scale / f"{c.claim}.md"
             print(f"{c.hardware}/{c.scale}/{c.claim}", flush=True)
             claim_page(c.claim, c.path.parent, page, page.with_suffix(""))

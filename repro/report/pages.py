@@ -273,6 +273,7 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
     res = Path(results_root) / hardware / scale
     rows = []
     when = "measured at (UTC)"
+    implemented = set(registry.implemented_claims())
     for claim in registry.claim_ids():
         info = registry.claim(claim)
         vpath = res / claim / "verdict.json"
@@ -281,7 +282,7 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
             reason = v["reason"].replace("|", "/").replace("\n", " ")
             rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
                          "verdict": f"**{v['verdict']}**", "reason": shorten(reason), when: v.get("timestamp", "")})
-        elif claim in registry.implemented_claims():
+        elif claim in implemented:
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not run",
                          "reason": f"no results for this hardware and scale yet: snakemake claim_{claim} "
                                    f"--config scale={scale}", when: ""})
