@@ -3,12 +3,18 @@
 Marker ``cuda``: tests that need a CUDA device; skipped (with the reason) where there is none.
 Select them on a GPU node with ``pytest -m cuda``.
 """
+import os
+
 import pytest
 import torch
 
 # Select Triton's CPU interpreter before anything else imports triton (transformers and torch.utils.checkpoint
 # do): the flag is read when @triton.jit runs, so the kernel tests must not depend on the order tests run in.
 import repro.kernels  # noqa: E402,F401
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers share the cores: one torch thread each
+    torch.set_num_threads(1)
 
 
 def pytest_configure(config):

@@ -83,6 +83,50 @@ def test_gated_heads_equal_removed_heads():
     assert block.self_attn(x).shape == x.shape
 
 
+def test_gate_changes_after_a_forward_are_honoured():
+    """The all-ones gate multiply is skipped, but setting, filling or replacing head_gate after a forward (as the
+    head-pruning ablations do between forwards) changes the output exactly as the explicit multiply would."""
+    cfg = BlockConfig(d_model=32, n_heads=4, d_ff=64)
+    attn = Block(cfg).eval().self_attn
+    x = torch.randn(2, 5, 32)
+    full = attn(x)
+    assert attn.gates_are_identity()
+    attn.head_gate[2] = 0.0
+    assert not attn.gates_are_identity()
+    masked = attn(x)
+    assert not torch.allclose(masked, full)
+    ref = Block(cfg).eval().self_attn
+    ref.load_state_dict(attn.state_dict())
+    ref.gate_module = lambda: torch.tensor([1.0, 1.0, 0.0, 1.0])  # the explicit multiply path
+    torch.testing.assert_close(masked, ref(x))
+    attn.head_gate.fill_(1.0)
+    torch.testing.assert_close(attn(x), full)
+    attn.head_gate = torch.tensor([0.5, 1.0, 1.0, 1.0])  # replaced, not changed in place
+    assert not attn.gates_are_identity() and not torch.allclose(attn(x), full)
+    attn.head_gate = torch.ones(4, requires_grad=True)  # a gradient is wanted: the multiply stays in the graph
+    attn(x).sum().backward()
+    assert attn.head_gate.grad is not None and attn.head_gate.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_cross_attention_memory_rows_shared_by_consecutive_queries(backend):
+    """Beam search passes one memory row per sentence for its K beams: the same output as repeating the memory
+    K times, and the cached keys/values keep one row per sentence; a batch that does not divide is refused."""
+    cfg = BlockConfig(d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, attention=backend)
+    attn = Block(cfg, cross_attention=True).eval().cross_attn
+    B, K = 3, 4
+    x, mem = torch.randn(B * K, 2, 32), torch.randn(B, 7, 32)
+    pad = torch.zeros(B, 7, dtype=torch.bool)
+    pad[1, 5:] = True
+    want = attn(x, mem.repeat_interleave(K, 0), key_padding_mask=pad.repeat_interleave(K, 0))
+    cache = {}
+    torch.testing.assert_close(attn(x, mem, key_padding_mask=pad, cache=cache), want, atol=1e-6, rtol=1e-6)
+    assert cache["k"].shape[0] == B
+    torch.testing.assert_close(attn(x, mem, key_padding_mask=pad, cache=cache), want, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="cannot share"):
+        attn(torch.randn(5, 2, 32), mem, key_padding_mask=pad)
+
+
 def test_gqa_prune_whole_groups():
     cfg = BlockConfig(d_model=32, n_heads=4, n_kv_heads=2, d_ff=64)
     block = Block(cfg).eval(); x = torch.randn(2, 5, 32)

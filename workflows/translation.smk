@@ -31,6 +31,7 @@ rule translation_tokenizer:
         W.bench("translation_tokenizer")
     conda:
         "../environment.yml"
+    priority: 10  # the shared artefacts first: the claims that need them wait on them, the others fill in
     threads: 1
     resources:
         runtime=30,
@@ -55,6 +56,7 @@ rule translation_train:
         W.bench("translation_train")
     conda:
         "../environment.yml"
+    priority: 10  # the shared artefacts first: the claims that need them wait on them, the others fill in
     threads: _TR["threads"]
     resources:
         runtime=_TR_RUNTIME,
@@ -79,6 +81,7 @@ rule lm_train:
         W.bench("lm_train")
     conda:
         "../environment.yml"
+    priority: 10  # the shared artefacts first: the claims that need them wait on them, the others fill in
     threads: _TR["threads"]
     resources:
         runtime=_LM_RUNTIME,

@@ -73,8 +73,18 @@ def math_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, drop
     return torch.matmul(probs, v)
 
 
+def _rows_per_memory_row(n_queries: int, n_memory: int) -> int:
+    """Cross-attention with fewer memory rows than query rows (beam search: the K beams of a sentence, consecutive
+    rows, attend to the sentence's one encoder output): each memory row serves r consecutive query rows, which are
+    folded into its query length, so the keys and values are neither repeated nor reordered."""
+    if n_memory <= 0 or n_queries % n_memory:
+        raise ValueError(f"cross-attention: {n_queries} query rows cannot share {n_memory} memory rows")
+    return n_queries // n_memory
+
+
 class MultiHeadAttention(nn.Module):
-    """Self- or cross-attention. ``forward(x, kv=None, ...)``: x (B, T, d); kv (B, S, d) for cross-attention."""
+    """Self- or cross-attention. ``forward(x, kv=None, ...)``: x (B, T, d); kv (B, S, d) for cross-attention, or
+    (B / r, S, d) when each memory row serves r consecutive query rows (beam search's beams of one sentence)."""
 
     slot = "attention"
 
@@ -92,6 +102,7 @@ class MultiHeadAttention(nn.Module):
         self.backend = cfg.attention
         self.recompute_core = cfg.checkpoint == "selective"
         self.rope = cfg.rope
+        self._gate_check: tuple | None = None  # (head_gate tensor, its version, all ones?): see gates_are_identity
         self._inv_freq: torch.Tensor | None = None  # computed on first use (works for meta-device models)
 
     def rotate(self, q, k, positions):
@@ -104,6 +115,18 @@ class MultiHeadAttention(nn.Module):
     def gates(self) -> torch.Tensor:
         return self.gate_module() if self.gate_module is not None else self.head_gate
 
+    def gates_are_identity(self) -> bool:
+        """Whether multiplying by the gates would change nothing: no gate module, and ``head_gate`` all ones with no
+        gradient wanted. Checked again (one read of the values) only after head_gate is replaced or changed in place
+        (its version counter moves), so an ablation's ``head_gate[h] = 0`` is always honoured."""
+        g = self.head_gate
+        if self.gate_module is not None or g.requires_grad or g.is_inference() or torch.compiler.is_compiling():
+            return False
+        c = self._gate_check
+        if c is None or c[0] is not g or c[1] != g._version:
+            self._gate_check = c = (g, g._version, bool((g == 1).all()))
+        return c[2]
+
     def forward(self, x, kv=None, *, causal: bool = False, key_padding_mask=None, cache: dict | None = None,
                 positions=None):
         B, T, _ = x.shape
@@ -115,9 +138,9 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and kv is not None and "k" in cache:  # cross-attention: keys/values computed once
             k, v = cache["k"], cache["v"]
         else:
-            S = src.shape[1]
-            k = self.k_proj(src).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, dh)
-            v = self.v_proj(src).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+            Bs, S = src.shape[0], src.shape[1]  # Bs < B: cross-attention whose memory rows serve several query rows
+            k = self.k_proj(src).view(Bs, S, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (Bs, Hkv, S, dh)
+            v = self.v_proj(src).view(Bs, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
             if self.rope and kv is None:
                 if positions is None:
                     start = cache["k"].shape[2] if cache is not None and "k" in cache else 0
@@ -135,11 +158,20 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.cfg.attn_dropout if self.training else 0.0
         core = lambda q_, k_, v_: attention_core(q_, k_, v_, backend=self.backend, causal=causal,
                                                  key_padding_mask=key_padding_mask, dropout_p=dropout_p)
+        shared = kv is not None and k.shape[0] != B  # cross-attention: r consecutive query rows share a memory row
+        if shared:
+            r = _rows_per_memory_row(B, k.shape[0])
+            q = q.view(k.shape[0], r, self.n_heads, T, self.head_dim).transpose(1, 2).reshape(
+                k.shape[0], self.n_heads, r * T, self.head_dim)
         if self.recompute_core and torch.is_grad_enabled():
             out = checkpoint(core, q, k, v, use_reentrant=False)
         else:
             out = core(q, k, v)
-        out = out * self.gates().to(out.dtype)[None, :, None, None]  # per-head gate xi_h
+        if shared:
+            out = out.view(k.shape[0], self.n_heads, r, T, self.head_dim).transpose(1, 2).reshape(
+                B, self.n_heads, T, self.head_dim)
+        if not self.gates_are_identity():
+            out = out * self.gates().to(out.dtype)[None, :, None, None]  # per-head gate xi_h
         return self.out_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
     @torch.no_grad()

@@ -37,10 +37,11 @@ class Block(nn.Module):
     def _sublayer(self, x, norm, fn):
         s = self.cfg.residual_scale
         skip = x if self.cfg.residual else 0.0
+        drop = self.drop if self.training and self.drop.p > 0 else (lambda h: h)  # no call when it is the identity
         scale = (lambda h: h) if s == 1.0 else (lambda h: s * h)  # no multiply by 1.0 (forward and backward)
         if self.cfg.norm_position == "pre":
-            return skip + scale(self.drop(fn(norm(x))))
-        return norm(skip + scale(self.drop(fn(x))))
+            return skip + scale(drop(fn(norm(x))))
+        return norm(skip + scale(drop(fn(x))))
 
     def forward(self, x, *, causal=False, key_padding_mask=None, memory=None, memory_padding_mask=None,
                 cache: dict | None = None, positions=None):

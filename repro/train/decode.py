@@ -113,9 +113,9 @@ def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: in
     return [row[: int(n)] for row, n in zip(out, lengths.tolist())]
 
 
-def _reorder_cache(cache: list, order: torch.Tensor) -> None:
+def _reorder_cache(cache: list, order: torch.Tensor, kinds=("self", "cross")) -> None:
     for layer in cache:
-        for kind in ("self", "cross"):
+        for kind in kinds:
             c = layer.get(kind)
             if c and "k" in c:
                 c["k"] = c["k"].index_select(0, order)
@@ -134,9 +134,9 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
     caps = _length_caps(src_pad_mask, max_len_a, max_len_b, model.cfg.max_seq_len)  # (B,)
     T = int(caps.max()) + 1  # steps 0..max_len, the last one eos
     banned = _banned(bos_id, pad_id, eos_id)
-    memory = model.encode(src, src_pad_mask)
-    memory = memory.repeat_interleave(K, 0)
-    mask = src_pad_mask.repeat_interleave(K, 0)
+    # one encoder output per sentence, not per beam: the K beams of a sentence (consecutive rows) share it in
+    # cross-attention (MultiHeadAttention folds them into the query length), so it is never repeated or reordered
+    memory, mask = model.encode(src, src_pad_mask), src_pad_mask
     cache = model.decoder.new_cache()
     tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=dev)
     steps = torch.zeros((B * K, 0), device=dev)  # per-token log-probabilities of each live beam
@@ -151,8 +151,6 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
             logits[:, vocab_limit:] = float("-inf")
         lp = torch.log_softmax(logits, -1)
         V = lp.shape[-1]
-        if bool(lp.sum().isnan()):  # fairseq's lprobs[lprobs != lprobs] = -inf, only when there is a NaN
-            lp.masked_fill_(lp.isnan(), float("-inf"))
         _ban(lp, banned)
         if t == 0:
             lp[:, eos_id] = float("-inf")  # fairseq's min_len = 1
@@ -163,6 +161,10 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
             lp[:, eos_id] = torch.where(at_cap, eos_lp, lp[:, eos_id])
         cand = (scores.view(B * K, 1) + lp).view(B, K * V)
         top_v, top_i = cand.topk(2 * K, dim=1)
+        if bool(top_v.isnan().any()):  # topk ranks NaN above every number, so any NaN in lp shows up here:
+            lp.masked_fill_(lp.isnan(), float("-inf"))  # fairseq's lprobs[lprobs != lprobs] = -inf, then again
+            cand = (scores.view(B * K, 1) + lp).view(B, K * V)
+            top_v, top_i = cand.topk(2 * K, dim=1)
         beam_idx, tok_idx = top_i // V, top_i % V
         is_eos = (tok_idx == eos_id) & torch.isfinite(top_v)
         # finalise eos candidates ranked among the top K
@@ -189,14 +191,14 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
         new_beam = beam_idx.gather(1, sel)
         new_tok = tok_idx.gather(1, sel)
         origin = (torch.arange(B, device=dev)[:, None] * K + new_beam).view(-1)
-        finished_rows = torch.tensor(done, device=dev).repeat_interleave(K)
+        done_t = torch.tensor(done, device=dev)
         step_lp = lp.view(B, K, V)[torch.arange(B, device=dev)[:, None], new_beam, new_tok].view(-1, 1)
-        new_scores = new_scores.masked_fill(torch.tensor(done, device=dev)[:, None], float("-inf"))
+        new_scores = new_scores.masked_fill(done_t[:, None], float("-inf"))
         new_scores = new_scores.masked_fill(new_tok == eos_id, float("-inf"))
-        tokens = torch.cat([tokens.index_select(0, origin), new_tok.view(-1, 1)], 1)
+        new_col = new_tok.masked_fill(done_t[:, None], pad_id).view(-1, 1)  # finished sentences: pad
+        tokens = torch.cat([tokens.index_select(0, origin), new_col], 1)
         steps = torch.cat([steps.index_select(0, origin), step_lp], 1)
-        tokens[finished_rows, -1] = pad_id
-        _reorder_cache(cache, origin)
+        _reorder_cache(cache, origin, kinds=("self",))  # beams move within their sentence: its memory stays
         scores = new_scores
     # best first; Python's sort is stable, so equal scores keep the order in which they were finalised
     return [sorted(f, key=lambda x: -x[0]) for f in finalized]
