@@ -354,3 +354,22 @@ def test_readme_snakemake_examples_dry_run(tmp_path):
             continue
         r = smk(*args, "-n", "--directory", str(tmp_path), cwd=ROOT, timeout=300)  # profiles/ is relative
         assert r.returncode == 0, f"README: snakemake {' '.join(args)}\n" + r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_readme_python_module_commands_exist_and_parse():
+    """The README's ``.venv/bin/python -m repro...`` commands name modules that exist, and each answers --help (the
+    benchmarks need a trained model or a fairseq venv to run for real; their runs are what the README reports)."""
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    mods = set()
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            words = shlex.split(re.sub(r"<[^>]+>", "x", line), comments=True)
+            if len(words) > 2 and words[0] == ".venv/bin/python" and words[1] == "-m" and words[2].startswith("repro"):
+                mods.add(words[2])
+    assert {"repro.bench.throughput", "repro.bench.fairseq_peer"} <= mods
+    for mod in sorted(mods):
+        r = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "usage:" in r.stdout, f"README: python -m {mod} --help\n{r.stderr[-2000:]}"

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro.bench.throughput import quartiles, tokenizer_for
+from repro.bench.throughput import side_by_side, tokenizer_for
 
 log = logging.getLogger("repro.bench.fairseq_peer")
 CLAIM = "fairseq_peer"
@@ -168,7 +168,7 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
         threads: int | None = None, out: Path | None = None, report: Path | None = None) -> dict:
     from repro import config
     from repro.bench.fingerprint import fingerprint
-    from repro.bench.records import atomic_write_json, atomic_write_text, metric, verdict, write_results
+    from repro.bench.records import atomic_write_json, atomic_write_text, verdict, write_results
     from repro.data import batch_indices, collate
     from repro.train.decode import DecodeConfig, decode_ids
     from repro.train.fairseq_import import import_fairseq_checkpoint
@@ -267,17 +267,8 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
 
     rows, summary = [], {"tasks": {}}
     for task in ("train", "greedy", "beam"):
-        s, f = rates[f"{task}_suite"], rates[f"{task}_fairseq"]
-        ratio = [a / b for a, b in zip(s, f)]
-        entry = {}
-        for name, xs, unit, kind in (("suite_tokens_per_s", s, "tokens/s", "rate"),
-                                     ("fairseq_tokens_per_s", f, "tokens/s", "rate"),
-                                     ("suite_over_fairseq", ratio, "ratio", "ratio_time")):
-            med, q1, q3 = quartiles(xs)
-            rows.append(metric(CLAIM, name, med, unit, kind=kind, spread=q3 - q1, n=len(xs), task=task, q25=q1,
-                               q75=q3))
-            entry[name] = {"median": med, "q25": q1, "q75": q3, "values": xs}
-        summary["tasks"][task] = entry
+        summary["tasks"][task] = side_by_side(rows, CLAIM, task, rates[f"{task}_suite"], rates[f"{task}_fairseq"],
+                                              "fairseq")
     cfg = {"scale": scale, "repeats": repeats, "updates": updates, "sentences": len(test), "threads": threads,
            "fairseq_venv": str(venv), "translation": params}
     summary.update(same_hypotheses=same, load_before=load_before, load_after=load_after, threads=threads,

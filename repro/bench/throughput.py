@@ -337,6 +337,22 @@ def tokenizer_for(params: dict, scale: str, work: Path) -> tuple[str, Path | Non
     return resolve_tokenizer(info), None
 
 
+def side_by_side(rows: list, claim: str, task: str, suite: list, peer: list, peer_name: str) -> dict:
+    """Append the metric rows of one task's repeated rates (suite, peer, and the per-repeat suite/peer ratio: median,
+    interquartile range, every value) to ``rows``; returns the summary entry of the task."""
+    from repro.bench.records import metric
+
+    entry = {}
+    for name, xs, unit, kind in (("suite_tokens_per_s", suite, "tokens/s", "rate"),
+                                 (f"{peer_name}_tokens_per_s", peer, "tokens/s", "rate"),
+                                 (f"suite_over_{peer_name}", [a / b for a, b in zip(suite, peer)], "ratio",
+                                  "ratio_time")):
+        med, q1, q3 = quartiles(xs)
+        rows.append(metric(claim, name, med, unit, kind=kind, spread=q3 - q1, n=len(xs), task=task, q25=q1, q75=q3))
+        entry[name] = {"median": med, "q25": q1, "q75": q3, "values": xs}
+    return entry
+
+
 def quartiles(xs) -> tuple[float, float, float]:
     """(median, q25, q75) of ``xs`` (inclusive method; one value gives itself three times)."""
     xs = sorted(float(x) for x in xs)
@@ -444,17 +460,8 @@ def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
 
     rows, summary = [], {"tasks": {}}
     for task in tasks:
-        s, rf = tps[(task, "suite")], tps[(task, "reference")]
-        ratio = [a / b for a, b in zip(s, rf)]
-        entry = {}
-        for name, xs, unit, kind in (("suite_tokens_per_s", s, "tokens/s", "rate"),
-                                     ("reference_tokens_per_s", rf, "tokens/s", "rate"),
-                                     ("suite_over_reference", ratio, "ratio", "ratio_time")):
-            med, q1, q3 = quartiles(xs)
-            rows.append(metric(CLAIM, name, med, unit, kind=kind, spread=q3 - q1, n=len(xs), task=task, q25=q1,
-                               q75=q3))
-            entry[name] = {"median": med, "q25": q1, "q75": q3, "values": xs}
-        summary["tasks"][task] = entry
+        summary["tasks"][task] = side_by_side(rows, CLAIM, task, tps[(task, "suite")], tps[(task, "reference")],
+                                              "reference")
     for where, pf in (("epoch", pad_epoch), ("benchmarked_batches", pad_bench)):
         for part in ("src", "tgt", "all"):
             rows.append(metric(CLAIM, "padding_fraction", pf[part], "fraction", kind="statistic", n=pf["batches"],
