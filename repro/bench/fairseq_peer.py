@@ -19,9 +19,9 @@ tests/fixtures/fairseq/make_fixture.sh) and compares, on the same data and the s
   ``--lenpen``, ``--max-len-a/b``, ``--max-tokens``) against the suite's batched decoders (``decode_ids``) on the SAME
   weights: the checkpoint of the last fairseq-train repeat, imported with ``repro.train.fairseq_import``. fairseq's
   rate is the "Translated N sentences (T tokens) in S s" line (its generation timer), the suite's is the same count
-  over its decoding wall time. The checkpoint has seen only ``--updates`` updates, so most sentences decode to their
-  length cap on both sides (the suite's dropping of finished rows barely helps); the page gives the fraction of
-  hypotheses that agree token for token up to the shorter length cap.
+  over its decoding wall time. The checkpoint has seen only ``--updates`` updates (its hypotheses are short; the page
+  gives their mean length), and the page gives the fraction of hypotheses that agree token for token up to the
+  shorter length cap.
 
 Repeats alternate which side goes first. Results: ``results/<hw>/<scale>/_bench/fairseq_peer/`` (metrics.csv,
 summary.json, config.json, fingerprint.json, verdict.json) and ``reports/<hw>/<scale>/fairseq_peer.md``: medians
@@ -233,7 +233,7 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
         specials = dict(pad=tok.pad_id, unk=tok.unk_id, bos=tok.bos_id, eos=tok.eos_id)
         src_fs = [list(map(int, fairseq_ids(s, **specials))) for s in test]
         ev = params["eval"]
-        same = {}
+        same, lengths = {}, {}
         for kind in ("greedy", "beam"):
             dcfg = DecodeConfig.from_params({**ev, "decoder": kind})  # fairseq's greedy is --beam 1
             fs_beam = 1 if kind == "greedy" else dcfg.beam
@@ -244,12 +244,14 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
                     t0 = time.perf_counter()
                     ids, _ = decode_ids(imp.model, src_fs, imp.bos_id, 2, 1, dcfg, vocab_limit=imp.tgt_vocab)
                     hyps["suite"] = ids
+                    lengths[(kind, "suite")] = sum(len(h) + 1 for h in ids) / len(ids)
                     return sum(len(h) + 1 for h in ids) / (time.perf_counter() - t0)
 
                 def fs_decode():
-                    rate, _, h = fairseq_generate(venv, data, ckpt_dir / "checkpoint_last.pt", dcfg, fs_beam,
+                    rate, n, h = fairseq_generate(venv, data, ckpt_dir / "checkpoint_last.pt", dcfg, fs_beam,
                                                   threads, work / f"fairseq-generate-{kind}-{r}.log")
                     hyps["fairseq"] = h
+                    lengths[(kind, "fairseq")] = n / max(len(h), 1)
                     return rate
 
                 order = ((f"{kind}_suite", suite_decode), (f"{kind}_fairseq", fs_decode))
@@ -271,7 +273,8 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
                                               "fairseq")
     cfg = {"scale": scale, "repeats": repeats, "updates": updates, "sentences": len(test), "threads": threads,
            "fairseq_venv": str(venv), "translation": params}
-    summary.update(same_hypotheses=same, load_before=load_before, load_after=load_after, threads=threads,
+    summary.update(same_hypotheses=same, tokens_per_sentence={f"{k}_{side}": v for (k, side), v in lengths.items()},
+                   load_before=load_before, load_after=load_after, threads=threads,
                    fairseq_version=_fairseq_version(venv))
     v = verdict(CLAIM, "not_applicable", "a benchmark (suite vs fairseq), not a published claim",
                 train_ratio_median=summary["tasks"]["train"]["suite_over_fairseq"]["median"])
@@ -300,14 +303,17 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
     for task, e in summary["tasks"].items():
         lines.append(f"| {task} | {cell(e['suite_tokens_per_s'], '.0f')} | {cell(e['fairseq_tokens_per_s'], '.0f')}"
                      f" | {cell(e['suite_over_fairseq'], '.3f')} |")
-    same = summary["same_hypotheses"]
+    same, tl = summary["same_hypotheses"], summary["tokens_per_sentence"]
     lines += ["", f"Training: {cfg['updates']} updates per repeat (fairseq: its logged wps after the first of its "
                   "5-update intervals; the suite: after one warm-up update). Decoding: "
                   f"{cfg['sentences']} test sentences with the last fairseq-train repeat's checkpoint on both sides "
                   f"(imported into the suite); hypotheses identical token for token up to the shorter length cap: greedy "
                   f"{same['greedy']:.0%}, beam {same['beam']:.0%} (fairseq 0.12 caps every sentence of a batch at "
                   "max_len_a x the padded batch width + max_len_b, the suite each sentence at its own length). That "
-                  f"checkpoint has seen only {cfg['updates']} updates, so most sentences run to their length cap.",
+                  f"checkpoint has seen only {cfg['updates']} updates: its hypotheses average {tl['greedy_suite']:.1f} "
+                  f"tokens with eos (greedy) and {tl['beam_suite']:.1f} (beam) per sentence, so these runs are short "
+                  "(seconds; fairseq prints its generation time to 0.1 s) and weigh the encoder and the first steps "
+                  "more than an evaluation of a trained model does.",
               f"Threads {summary['threads']} on both sides; load average before {summary['load_before'][0]:.2f}, "
               f"after {summary['load_after'][0]:.2f}; torch {fp['software']['torch']} (suite), commit "
               f"{(fp['git']['commit'] or '?')[:10]}{' (dirty)' if fp['git']['dirty'] else ''}.", ""]
