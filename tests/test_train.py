@@ -151,6 +151,26 @@ def test_greedy_matches_uncached_and_beam1_matches_greedy():
     assert beam1 == got
 
 
+def test_beam_search_drops_finished_sentences_exactly():
+    """Sentences that finish leave the batch (keys, values, caches compacted); every sentence's n-best list (tokens and
+    scores) equals what it gets decoded alone, where nothing is dropped."""
+    from repro.train.decode import beam_search
+
+    model = _model(layers=2, seed=5).eval()
+    enc = _reverse_task(9, 11)
+    b = next(token_batches(enc, 10_000, shuffle=False))
+    assert b.src.shape[0] >= 6
+    together = beam_search(model, b.src, b.src_pad_mask, BOS, EOS, PAD, beam=3, max_len_a=1.2, max_len_b=2)
+    lengths = {len(n[0][1]) for n in together}
+    assert len(lengths) > 1  # sentences end at different steps, so rows are dropped mid-batch
+    for i in range(b.src.shape[0]):
+        real = ~b.src_pad_mask[i]
+        alone = beam_search(model, b.src[i][real][None], b.src_pad_mask[i][real][None], BOS, EOS, PAD, beam=3,
+                            max_len_a=1.2, max_len_b=2)[0]
+        assert [h[1] for h in alone] == [h[1] for h in together[i]]
+        assert [h[0] for h in alone] == pytest.approx([h[0] for h in together[i]], abs=1e-4)
+
+
 def _seq_logprob(model, src, mask, hyp):
     tgt_in = torch.tensor([[BOS] + hyp])
     lp = torch.log_softmax(model(src, tgt_in, mask)[0].float(), -1)

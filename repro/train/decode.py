@@ -142,7 +142,8 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
     steps = torch.zeros((B * K, 0), device=dev)  # per-token log-probabilities of each live beam
     scores = torch.full((B, K), float("-inf"), device=dev)
     scores[:, 0] = 0.0  # all beams start identical: keep one (fairseq: lprobs[:, ::beam_size] at step 0)
-    finalized: list[list[tuple[float, list[int], list[float]]]] = [[] for _ in range(B)]
+    results: list[list[tuple[float, list[int], list[float]]]] = [[] for _ in range(B)]
+    finalized = list(results)  # per row of the current (compacted) batch: the same lists as in `results`
     done = [False] * B
     caps_l = caps.tolist()
     for t in range(T):
@@ -200,8 +201,19 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
         steps = torch.cat([steps.index_select(0, origin), step_lp], 1)
         _reorder_cache(cache, origin, kinds=("self",))  # beams move within their sentence: its memory stays
         scores = new_scores
+        n_done = sum(done)
+        if n_done and n_done >= B / 4:  # drop finished sentences (as fairseq does): a batch costs what its open ones cost
+            keep = [i for i in range(B) if not done[i]]
+            ks = torch.tensor(keep, device=dev)
+            kr = (ks[:, None] * K + torch.arange(K, device=dev)[None, :]).view(-1)  # their beams' rows
+            tokens, steps, scores = tokens.index_select(0, kr), steps.index_select(0, kr), scores.index_select(0, ks)
+            caps, memory, mask = caps.index_select(0, ks), memory.index_select(0, ks), mask.index_select(0, ks)
+            _reorder_cache(cache, kr, kinds=("self",))
+            _reorder_cache(cache, ks, kinds=("cross",))
+            finalized, caps_l = [finalized[i] for i in keep], [caps_l[i] for i in keep]
+            B, done = len(keep), [False] * len(keep)
     # best first; Python's sort is stable, so equal scores keep the order in which they were finalised
-    return [sorted(f, key=lambda x: -x[0]) for f in finalized]
+    return [sorted(f, key=lambda x: -x[0]) for f in results]
 
 
 def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
