@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro.bench.throughput import side_by_side, tokenizer_for
+from repro.bench.throughput import commit_text, side_by_side, side_by_side_rows, tokenizer_for
 
 log = logging.getLogger("repro.bench.fairseq_peer")
 CLAIM = "fairseq_peer"
@@ -293,16 +293,13 @@ def _fairseq_version(venv: Path) -> str:
 
 
 def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
-    cell = lambda m, f: f"{m['median']:{f}} [{m['q25']:{f}}, {m['q75']:{f}}]"
     lines = [f"# Training and decoding throughput: suite vs fairseq ({hw}, {scale})", "",
              "`python -m repro.bench.fairseq_peer` (repro/bench/fairseq_peer.py): fairseq-train / fairseq-generate "
              f"(fairseq {summary['fairseq_version']}, from its own venv) against the suite's loop and decoders on the "
              "same token ids and model sizes; target tokens per second, median [interquartile range] over "
              f"{cfg['repeats']} alternating repeats. Ratios > 1: the suite is faster.", "",
              "| task | suite tokens/s | fairseq tokens/s | suite / fairseq |", "|---|---|---|---|"]
-    for task, e in summary["tasks"].items():
-        lines.append(f"| {task} | {cell(e['suite_tokens_per_s'], '.0f')} | {cell(e['fairseq_tokens_per_s'], '.0f')}"
-                     f" | {cell(e['suite_over_fairseq'], '.3f')} |")
+    lines += side_by_side_rows(summary["tasks"], "fairseq")
     same, tl = summary["same_hypotheses"], summary["tokens_per_sentence"]
     lines += ["", f"Training: {cfg['updates']} updates per repeat (fairseq: its logged wps after the first of its "
                   "5-update intervals; the suite: after one warm-up update). Decoding: "
@@ -316,7 +313,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
                   "more than an evaluation of a trained model does.",
               f"Threads {summary['threads']} on both sides; load average before {summary['load_before'][0]:.2f}, "
               f"after {summary['load_after'][0]:.2f}; torch {fp['software']['torch']} (suite), commit "
-              f"{(fp['git']['commit'] or '?')[:10]}{' (dirty)' if fp['git']['dirty'] else ''}.", ""]
+              f"{commit_text(fp)}.", ""]
     return "\n".join(lines)
 
 

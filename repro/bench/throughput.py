@@ -353,6 +353,18 @@ def side_by_side(rows: list, claim: str, task: str, suite: list, peer: list, pee
     return entry
 
 
+def side_by_side_rows(tasks: dict, peer_name: str) -> list[str]:
+    """Markdown table rows (task, suite rate, peer rate, ratio; median [IQR]) of :func:`side_by_side`'s entries."""
+    cell = lambda m, f: f"{m['median']:{f}} [{m['q25']:{f}}, {m['q75']:{f}}]"
+    return [f"| {task} | {cell(e['suite_tokens_per_s'], '.0f')} | {cell(e[f'{peer_name}_tokens_per_s'], '.0f')} | "
+            f"{cell(e[f'suite_over_{peer_name}'], '.3f')} |" for task, e in tasks.items()]
+
+
+def commit_text(fp: dict) -> str:
+    """The measuring commit as pages print it: 10 characters, '(dirty)' for uncommitted changes."""
+    return f"{(fp['git']['commit'] or '?')[:10]}{' (dirty)' if fp['git']['dirty'] else ''}"
+
+
 def quartiles(xs) -> tuple[float, float, float]:
     """(median, q25, q75) of ``xs`` (inclusive method; one value gives itself three times)."""
     xs = sorted(float(x) for x in xs)
@@ -490,10 +502,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
              "optimizer and decoding rules on both sides, run alternately in one process; target tokens per "
              f"second, median [interquartile range] over {cfg['repeats']} repeats. Ratios > 1: the suite is faster.",
              "", "| task | suite tokens/s | torch.nn.Transformer tokens/s | suite / reference |", "|---|---|---|---|"]
-    for task, e in summary["tasks"].items():
-        cell = lambda m, f: f"{m['median']:{f}} [{m['q25']:{f}}, {m['q75']:{f}}]"
-        lines.append(f"| {task} | {cell(e['suite_tokens_per_s'], '.0f')} | {cell(e['reference_tokens_per_s'], '.0f')}"
-                     f" | {cell(e['suite_over_reference'], '.3f')} |")
+    lines += side_by_side_rows(summary["tasks"], "reference")
     pe, pb = summary["padding_fraction"]["epoch"], summary["padding_fraction"]["benchmarked_batches"]
     lines += ["", f"Padding fraction of the training batches (length-sorted, max_tokens "
                   f"{cfg['translation']['training']['max_tokens']}): {pe['all']:.3f} over the first epoch "
@@ -504,7 +513,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
               f"{summary['weights']}).",
               f"Threads {summary['threads']}, nice {summary['nice']}; load average before {summary['load_before'][0]:.2f}, after "
               f"{summary['load_after'][0]:.2f}; {summary['seconds']:.0f} s; torch {fp['software']['torch']}, commit "
-              f"{(fp['git']['commit'] or '?')[:10]}{' (dirty)' if fp['git']['dirty'] else ''}.", ""]
+              f"{commit_text(fp)}.", ""]
     return "\n".join(lines)
 
 
