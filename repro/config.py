@@ -208,13 +208,15 @@ def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
 
 def workflow_spec(name: str, scale: str) -> dict:
     """How the workflow runs claim ``name`` at ``scale``: the ``workflow`` section of config/claims/<name>.yaml
-    (config/schema/workflow.schema.yaml) with that scale's overrides applied -> ``{threads, resources, sections,
-    needs}``. Each need's ``param`` (and ``unless`` / ``when_any`` key) must be a parameter of the claim."""
+    (config/schema/workflow.schema.yaml) with that scale's overrides applied -> ``{threads, parts, priority,
+    resources, sections, needs}``. Each need's ``param`` (and ``unless`` / ``when_any`` key) must be a parameter of the claim."""
     path = CONFIG_DIR / "claims" / f"{name}.yaml"
     where = f"{path.name} [workflow]"
     wf = validate(dict((_load_yaml(path) or {}).get("workflow") or {}), _schema("workflow"), where)
     over = wf.get(scale) or {}
     spec = {"threads": int(over.get("threads", wf.get("threads", 1))),
+            "parts": int(over.get("parts", wf.get("parts", 1))),
+            "priority": int(over.get("priority", wf.get("priority", 0))),
             "resources": {"runtime": 30, "mem_mb": 4000, "gpu": 0, **(wf.get("resources") or {}),
                           **(over.get("resources") or {})},
             "sections": list(wf.get("sections") or []), "needs": list(wf.get("needs") or [])}

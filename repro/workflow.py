@@ -13,6 +13,17 @@ from repro import artefacts, registry
 from repro.bench.fingerprint import hardware_id, slug
 from repro.config import ConfigError, load_run_config, needed, section, workflow_spec
 
+def _defines(module_file: Path, name: str) -> bool:
+    """Whether a module's source defines the top-level function ``name`` (read, not imported: no torch here)."""
+    import ast
+
+    try:
+        tree = ast.parse(module_file.read_text())
+    except (OSError, SyntaxError):
+        return False
+    return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
+
+
 class Run:
     def __init__(self, config: dict, basedir: str | Path, main_process: bool = True):
         from snakemake.exceptions import WorkflowError
@@ -107,23 +118,43 @@ class Run:
     def artefact_dir(self, name: str) -> str:
         return str(artefacts.artefact_dir(self.models, name))
 
-    def claim_inputs(self, claim: str) -> dict:
-        """{claim parameter: artefact file} for the shared artefacts this claim needs with these parameters."""
-        return {n["param"]: self.artefact(n["artefact"]) for n in needed(self.spec(claim), self.section(claim))}
+    def claim_inputs(self, claim: str, parts: bool = True) -> dict:
+        """{claim parameter: artefact file} for the shared artefacts this claim needs with these parameters, and
+        (``parts``) under ``parts`` the done-files of the claim's part jobs when its runs are split (:meth:`parts`)."""
+        inputs = {n["param"]: self.artefact(n["artefact"]) for n in needed(self.spec(claim), self.section(claim))}
+        if parts and self.parts(claim):
+            inputs["parts"] = [self.part_done(claim, p) for p in self.parts(claim)]
+        return inputs
 
     def input_args(self, claim: str, inputs) -> str:
-        """``--input param=path`` for each declared input (the folder of a model, the tokenizer file)."""
+        """``--input param=path`` for each declared artefact input (the folder of a model, the tokenizer file)."""
         kinds = {n["param"]: n["artefact"] for n in self.spec(claim)["needs"]}
-        return " ".join(f"--input {k}={artefacts.param_value(v, kinds[k])}" for k, v in inputs.items())
+        return " ".join(f"--input {k}={artefacts.param_value(v, kinds[k])}" for k, v in inputs.items() if k in kinds)
+
+    def parts(self, claim: str) -> list[str]:
+        """The part ids (``"<i>-of-<n>"``) of a claim whose ``workflow.parts`` splits its training runs into n jobs
+        (rule ``claim_part``); empty when it is 1. Such a claim's module must define ``run_part``."""
+        n = self.spec(claim)["parts"]
+        if n <= 1:
+            return []
+        if not _defines(self.basedir / "repro" / "claims" / f"{claim}.py", "run_part"):
+            raise self._error(f"invalid configuration: config/claims/{claim}.yaml [workflow]: parts: {n}, but "
+                              f"repro/claims/{claim}.py has no run_part (set parts to 1)")
+        return [f"{i}-of-{n}" for i in range(n)]
+
+    def part_done(self, claim: str, part: str) -> str:
+        """The file a part job writes when its runs are trained (the claim job's input)."""
+        return f"{self.res}/{claim}/parts/{part}.done"
 
     def outputs(self, claim: str) -> dict:
         return {"metrics": f"{self.res}/{claim}/metrics.csv", "verdict": f"{self.res}/{claim}/verdict.json"}
 
-    def shell(self) -> str:
-        """The command of the one claim rule; progress goes to the terminal and to the rule's log."""
+    def shell(self, part: bool = False) -> str:
+        """The command of the one claim rule (or, with ``part``, of one part job: ``--part <i>-of-<n>``); progress
+        goes to the terminal and to the rule's log."""
         return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --params {{params.cfg:q}} "
                 f"{{params.inputs}} --out {self.res}/{{wildcards.claim}} --threads {{threads}} --hardware {self.hw} "
-                f"2>&1 | tee {{log}}")
+                + ("--part {wildcards.part} " if part else "") + "2>&1 | tee {log}")
 
     def pages(self) -> list[str]:
         return [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]

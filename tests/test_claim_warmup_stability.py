@@ -298,7 +298,12 @@ def test_unigram_entropy():
 def test_workers_train_the_same_runs(tiny_run, tmp_path):
     """Two worker processes train the same plan to the same numbers as the sequential run (one torch thread each)."""
     p, out, rows, verdict = tiny_run
-    rows2, _ = ws.run({**p, "workers": 2}, "tiny", tmp_path)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the job's threads bound the workers
+    try:
+        rows2, _ = ws.run({**p, "workers": 2}, "tiny", tmp_path)
+    finally:
+        torch.set_num_threads(before)
     key = lambda r: (r["metric"], r["sweep"]["run"])  # noqa: E731
     a = {key(r): r["value"] for r in rows if r["metric"] in ("final_valid_nll", "steps", "diverged")}
     b = {key(r): r["value"] for r in rows2 if r["metric"] in ("final_valid_nll", "steps", "diverged")}
@@ -316,6 +321,46 @@ def test_rerun_keeps_finished_runs(tiny_run):
     assert a == b
 
 
+def test_parts_train_the_same_runs_and_the_judging_job_keeps_them(tiny_run, tmp_path, caplog):
+    """workflow.parts: the part jobs (``--part I-of-N`` on the command line) each train every N-th planned run; the
+    judging job then trains nothing and reports the same numbers as one job training everything."""
+    import json
+    import logging
+
+    from repro.claims._cli import main
+
+    p, out, rows, verdict = tiny_run
+    args = ["--scale", "tiny", "--out", str(tmp_path), "--params", json.dumps(p), "--threads", "1"]
+    for i in range(2):
+        assert main(ws.CLAIM, ws.run, args + ["--part", f"{i}-of-2"]) == 0
+        done = json.loads((tmp_path / "parts" / f"{i}-of-2.done").read_text())
+        assert done["runs"] == [r["name"] for r in ws.plan_runs(p)[i::2]]
+    assert not (tmp_path / "verdict.json").exists()  # a part does not judge
+    with caplog.at_level(logging.INFO, logger="repro.warmup_stability"):
+        rows2, verdict2 = ws.run(p, "tiny", tmp_path)
+    n = len(ws.plan_runs(p))
+    assert f"{n} runs kept from earlier results, 0 to train" in caplog.text
+    assert len(json.loads((tmp_path / "runs.json").read_text())["runs"]) == n  # what the plots read
+    key = lambda r: (r["metric"], r["sweep"]["run"])  # noqa: E731
+    same = ("final_valid_nll", "steps", "diverged", "bleu", "unigram_entropy")  # not the timings
+    a = {key(r): r["value"] for r in rows if r["metric"] in same}
+    b = {key(r): r["value"] for r in rows2 if r["metric"] in same}
+    assert a.keys() == b.keys() and len(a) > 4 * len(ws.plan_runs(p))
+    for k in a:
+        assert a[k] == pytest.approx(b[k], rel=1e-3, abs=1e-4), k
+    assert verdict2["verdict"] == verdict["verdict"]
+
+
+def test_part_argument_is_checked(tmp_path, capsys):
+    from repro.claims._cli import main
+
+    for bad in ("2-of-2", "1of2", "x-of-3"):
+        with pytest.raises(SystemExit):
+            main(ws.CLAIM, ws.run, ["--scale", "tiny", "--out", str(tmp_path), "--part", bad])
+        assert "--part" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
 def test_rerun_keeps_finished_runs_only_for_the_same_training_code(tiny_run, monkeypatch, caplog):
     """A rerun with the same parameters resumes (keeps every finished run); after a change to the training code the
     runs are trained again (runs trained by older code were reused before: the resume key was the parameters only)."""
@@ -329,9 +374,9 @@ def test_rerun_keeps_finished_runs_only_for_the_same_training_code(tiny_run, mon
     n = len(json.loads((work / "runs.json").read_text())["runs"])
     with caplog.at_level(logging.INFO, logger="repro.warmup_stability"):
         ws.run(p, "tiny", work)
-    assert f"{n} runs kept from runs.json, 0 to train" in caplog.text
+    assert f"{n} runs kept from earlier results, 0 to train" in caplog.text
     caplog.clear()
     monkeypatch.setattr(ws, "_training_code_hash", lambda: "changed-code")
     with caplog.at_level(logging.INFO, logger="repro.warmup_stability"):
         ws.run(p, "tiny", work)
-    assert f"0 runs kept from runs.json, {n} to train" in caplog.text
+    assert f"0 runs kept from earlier results, {n} to train" in caplog.text

@@ -89,6 +89,12 @@ def test_tiny_end_to_end(tmp_path):
                                                             "compare_hardware"} <= names, sorted(names)
     assert len(names) == len(jobs), (sorted(names), jobs)  # one file per job, nothing missing or left over
     assert (bench["wall_s"] > 0).all() and (bench["max_rss_mb"] > 0).all()
+    # workflow.parts (tiny: 2): warmup_stability's runs trained by two part jobs, then judged with every run kept
+    assert {"warmup_stability.part0-of-2", "warmup_stability.part1-of-2"} <= names
+    done = [json.loads((res / "warmup_stability/parts" / f"{i}-of-2.done").read_text())["runs"] for i in range(2)]
+    runs = json.loads((res / "warmup_stability/runs.json").read_text())["runs"]
+    assert sorted(done[0] + done[1]) == sorted(r["name"] for r in runs) and done[0] and done[1]
+    assert "0 to train" in (tmp_path / "logs/test-hw/tiny/warmup_stability.log").read_text()
     assert "## Time per rule" in index and "| translation_train |" in index
     assert "Run time per machine" in (tmp_path / "reports/compare/tiny/index.md").read_text()
     for claim in ("param_accounting", "block_numerics"):
@@ -127,3 +133,20 @@ def test_hardware_id_is_decided_once_and_passed_to_every_job(tmp_path):
             "hardware=gpu-h200-node")
     assert r.returncode == 0, r.stderr
     assert "--hardware gpu-h200-node" in r.stdout and "results/gpu-h200-node/default/param_accounting" in r.stdout
+
+
+def test_parts_need_a_claim_that_can_split_its_runs(tmp_path):
+    """workflow.parts > 1 on a claim without run_part stops the workflow with the file and key named."""
+    from snakemake.exceptions import WorkflowError
+
+    from repro.workflow import Run, _defines
+
+    assert _defines(ROOT / "repro/claims/warmup_stability.py", "run_part")
+    assert not _defines(ROOT / "repro/claims/param_accounting.py", "run_part")
+    w = Run({"scale": "tiny", "hardware": "test-hw", "results_dir": str(tmp_path / "results"),
+             "reports_dir": str(tmp_path / "reports")}, ROOT, main_process=False)
+    assert w.parts("warmup_stability") == ["0-of-2", "1-of-2"]
+    assert w.parts("param_accounting") == []
+    w._specs["param_accounting"] = {**w.spec("param_accounting"), "parts": 3}
+    with pytest.raises(WorkflowError, match=r"param_accounting.yaml \[workflow\]: parts: 3.*no run_part"):
+        w.parts("param_accounting")

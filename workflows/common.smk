@@ -12,6 +12,7 @@ localrules:
 
 wildcard_constraints:
     claim="|".join(W.claims_with_workflow) or "none",
+    part=r"[0-9]+-of-[0-9]+",
 
 
 rule claim:
@@ -32,6 +33,7 @@ rule claim:
         W.bench("{claim}")
     conda:
         "../environment.yml"
+    priority: lambda wildcards: W.spec(wildcards.claim)["priority"]
     threads: lambda wildcards: W.spec(wildcards.claim)["threads"]
     resources:
         runtime=lambda wildcards: W.spec(wildcards.claim)["resources"]["runtime"],
@@ -39,6 +41,34 @@ rule claim:
         gpu=lambda wildcards: W.spec(wildcards.claim)["resources"]["gpu"],
     shell:
         W.shell()
+
+
+rule claim_part:
+    """One part of a claim whose training runs are split into jobs (config/claims/<id>.yaml: workflow.parts):
+    ``python -m repro.claims.<id> --part <i>-of-<n>`` trains every n-th run (the finished ones kept on a rerun with
+    the same parameters and code) and writes parts/<i>-of-<n>.done; the claim job judges once every part is done.
+    Small runs of one thread each fill whatever cores the other jobs leave free."""
+    input:
+        unpack(lambda wildcards: W.claim_inputs(wildcards.claim, parts=False)),
+    output:
+        done=f"{W.res}/{{claim}}/parts/{{part}}.done",
+    params:
+        cfg=lambda wildcards: W.params(wildcards.claim),
+        inputs=lambda wildcards, input: W.input_args(wildcards.claim, input),
+    log:
+        f"{W.logs}/{{claim}}.part{{part}}.log",
+    benchmark:
+        W.bench("{claim}.part{part}")
+    conda:
+        "../environment.yml"
+    priority: lambda wildcards: W.spec(wildcards.claim)["priority"]
+    threads: lambda wildcards: W.spec(wildcards.claim)["threads"]
+    resources:
+        runtime=lambda wildcards: W.spec(wildcards.claim)["resources"]["runtime"],
+        mem_mb=lambda wildcards: W.spec(wildcards.claim)["resources"]["mem_mb"],
+        gpu=lambda wildcards: W.spec(wildcards.claim)["resources"]["gpu"],
+    shell:
+        W.shell(part=True)
 
 
 # `snakemake claim_<id>`: one claim and its page

@@ -106,6 +106,7 @@ rule translation_evaluate:
         W.bench("translation_evaluate")
     conda:
         "../environment.yml"
+    priority: 5  # on the critical path after the translation model, with head_pruning and layer_pruning
     threads: _TR["threads"]
     resources:
         runtime=60,

@@ -108,6 +108,12 @@ def main(claim: str, run: Callable, argv=None) -> int:
                         help="re-apply this commit's verdict rule (judge) to the measurements already in --out "
                              "(metrics.csv, config.json); nothing is measured again, and verdict.json records both "
                              "the measurement's commit and the judging commit")
+    module = sys.modules.get(run.__module__)
+    if hasattr(module, "run_part"):
+        parser.add_argument("--part", type=_part, default=None, metavar="I-of-N",
+                            help="train only part I of N (every N-th run, counting from I = 0) and write "
+                                 "parts/I-of-N.done under --out; the run without --part judges (what the workflow's "
+                                 "claim_part jobs do when workflow.parts > 1)")
     args = parser.parse_args(argv)
     setup_logging()
     if args.rejudge:
@@ -131,15 +137,37 @@ def main(claim: str, run: Callable, argv=None) -> int:
         import torch
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(args.out)  # left by a killed earlier run
+    part = getattr(args, "part", None)
+    if part is None:  # a part job shares the folder with the other parts running now: their files are not stale
+        remove_stale_temps(args.out)  # left by a killed earlier run
     t0 = time.time()
     log.info("%s: scale=%s params=%s", claim, args.scale, json.dumps(params))
+    if part is not None:
+        index, count = part
+        (args.out / "parts").mkdir(exist_ok=True)
+        done = module.run_part(params, args.scale, args.out, index, count)
+        atomic_write_json(args.out / "parts" / f"{index}-of-{count}.done",
+                          {"claim": claim, "scale": args.scale, "part": index, "of": count, **(done or {}),
+                           "seconds": round(time.time() - t0, 1)})
+        log.info("%s: part %d of %d done in %.1f s", claim, index, count, time.time() - t0)
+        return 0
     metrics, verdict = run(params, args.scale, args.out)
     verdict = {**verdict, "runtime_s": round(time.time() - t0, 1)}
     write_results(args.out, claim=claim, scale=args.scale, metrics=metrics, verdict=verdict, config=params,
                   artifacts=getattr(sys.modules.get(run.__module__), "ARTIFACTS", ()))  # the claim's other files
     log.info("%s: %s (%s) in %.1f s", claim, verdict["verdict"], verdict["reason"][:300], time.time() - t0)
     return 0
+
+
+def _part(text: str) -> tuple[int, int]:
+    """``"I-of-N"`` -> (I, N) with 0 <= I < N."""
+    try:
+        i, n = (int(x) for x in text.split("-of-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I-of-N (e.g. 0-of-7), got {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= I < N")
+    return i, n
 
 
 def rejudge(claim: str, out: Path, scale: str) -> dict:

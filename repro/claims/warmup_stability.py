@@ -50,9 +50,10 @@ Verdict (``judge``; the contract of ``repro.bench.records.verdict_from_checks``)
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
-import hashlib
 import math
 import sys
 import time
@@ -213,11 +214,37 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
     size = int(own or tk["vocab_size"])
     prefix = out / "tokenizer" / f"spm{size}"
     texts = [s for pair in corpus.train for s in pair]
-    tok = train_sentencepiece(texts, prefix, size, tk.get("model_type", "unigram"),
-                              tk.get("character_coverage", 1.0), tk.get("seed", 0))
+    # trained once per settings and training text: the part jobs (workflow.parts) start side by side and share it
+    want = {"vocab_size": size, "tokenizer": {k: tk.get(k) for k in ("model_type", "character_coverage", "seed")},
+            "texts_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest()}
+    stamp = Path(str(prefix) + ".params.json")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(prefix.parent / ".lock"):
+        if stamp.exists() and Path(str(prefix) + ".model").exists() and json.loads(stamp.read_text()) == want:
+            tok = load_tokenizer(str(prefix) + ".model", bpe)
+            log.info("reusing the %d-piece tokenizer %s (same settings and training text)", tok.vocab_size, prefix)
+            return tok, str(prefix) + ".model"
+        stamp.unlink(missing_ok=True)
+        tok = train_sentencepiece(texts, prefix, size, tk.get("model_type", "unigram"),
+                                  tk.get("character_coverage", 1.0), tk.get("seed", 0))
+        atomic_write_json(stamp, want)
     log.info("trained a %d-piece tokenizer on %d sentences into %s (%s)", tok.vocab_size, len(texts), prefix,
              "warmup_stability.vocab_size" if own else "tokenizer_path unset")
     return tok, str(prefix) + ".model"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path`` (fcntl.flock): one process at a time in the block; released when it ends, or
+    when the process dies."""
+    import fcntl
+
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _model_params(params: dict, run: dict) -> dict:
@@ -614,48 +641,58 @@ def _worker_train(r: dict) -> dict:
     return train_one(w["params"], r, w["tok"], w["enc"], w["test"], w["out"], w["params"]["device"])
 
 
-def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
-    """Train every configuration (Post/Pre-LN x warm-up x lr, ScaleNorm+FixNorm, depth sweep) once per seed, and
-    judge.  ``workers`` > 1 trains that many runs at once in worker processes of one torch thread each (small
-    models use one core far better than two threads of one process); the results do not depend on it."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    shared = prepare(params, scale, out)
-    tok, tok_path, enc, test, data = (shared[k] for k in ("tok", "tok_path", "enc", "test", "data"))
-    plan = plan_runs(params)
-    log.info("data: %d train pairs, %d valid, %d test sentences; vocab %d (%s); target unigram entropy %.3f nats; "
-             "%d runs planned; %.1f s", len(enc["train"]), len(enc["valid"]), len(test["refs"]), tok.vocab_size,
-             tok_path, data["unigram_entropy"], len(plan), time.time() - t0)
-    # runs.json is rewritten after every run; a rerun with the same parameters and the same training code keeps the
-    # finished runs (resume after an interruption); changed parameters or training code retrain every run
-    key = json.dumps({**{k: v for k, v in params.items() if k not in ("tokenizer_path", "workers")},
-                      "training_code": _training_code_hash()}, sort_keys=True, default=str)
-    done = {}
-    if (out / "runs.json").exists():
-        old = json.loads((out / "runs.json").read_text())
-        if old.get("params_key") == key:
-            done = {s["name"]: s for s in old["runs"] if (out / "curves" / f"{s['name']}.csv").exists()}
-    finished: dict[str, dict] = {}
-    for r in plan:
-        if r["name"] in done:
-            finished[r["name"]] = {**done[r["name"]], "groups": r["groups"]}  # groups are plan metadata
-    todo = [r for r in plan if r["name"] not in finished]
-    log.info("%d runs kept from runs.json, %d to train", len(finished), len(todo))
-    progress = Progress("warmup_stability training runs", len(plan), "runs", logger=log, done=len(finished))
+def _resume_key(params: dict) -> str:
+    """What a finished run is kept by: the parameters (not the tokenizer path or the worker count) and the training
+    code; changed parameters or training code retrain every run."""
+    return json.dumps({**{k: v for k, v in params.items() if k not in ("tokenizer_path", "workers")},
+                       "training_code": _training_code_hash()}, sort_keys=True, default=str)
+
+
+def _runs_files(out: Path) -> list[Path]:
+    """Where finished runs are recorded: runs.json (the judging job) and parts/<i>-of-<n>.runs.json (part jobs)."""
+    return [out / "runs.json", *sorted((out / "parts").glob("*.runs.json"))]
+
+
+def _kept(out: Path, plan: list[dict], key: str) -> dict[str, dict]:
+    """The planned runs already trained with these parameters and this code (their curve written), from any runs
+    file: a rerun (after an interruption, or after the part jobs) trains only the others."""
+    done: dict[str, dict] = {}
+    for f in _runs_files(out):
+        if f.exists():
+            old = json.loads(f.read_text())
+            if old.get("params_key") == key:
+                done.update({s["name"]: s for s in old["runs"] if (out / "curves" / f"{s['name']}.csv").exists()})
+    groups = {r["name"]: r["groups"] for r in plan}
+    return {n: {**s, "groups": groups[n]} for n, s in done.items() if n in groups}  # groups are plan metadata
+
+
+def _train_runs(params: dict, scale: str, out: Path, shared: dict, plan: list[dict], mine: list[dict],
+                runs_file: Path, label: str) -> dict[str, dict]:
+    """Train the runs of ``mine`` not yet finished, recording each in ``runs_file`` as it ends; returns every
+    finished run of ``mine``. More than one worker (``workers``, at most the torch threads this job was given)
+    trains that many runs at once in processes of one torch thread each."""
+    key = _resume_key(params)
+    kept = _kept(out, plan, key)
+    finished = {r["name"]: kept[r["name"]] for r in mine if r["name"] in kept}
+    todo = [r for r in mine if r["name"] not in finished]
+    log.info("%s: %d runs kept from earlier results, %d to train", label, len(finished), len(todo))
+    progress = Progress(f"{label} training runs", len(mine), "runs", logger=log, done=len(finished))
+
+    def write() -> None:
+        atomic_write_json(runs_file, {"tokenizer": shared["tok_path"], "params_key": key,
+                                      "runs": [finished[r["name"]] for r in mine if r["name"] in finished]})
 
     def record(s: dict) -> None:
         finished[s["name"]] = s
-        atomic_write_json(out / "runs.json", {"tokenizer": tok_path, "params_key": key,
-                                              "runs": [finished[r["name"]] for r in plan if r["name"] in finished]})
+        write()
         progress.update(note=s["name"])
 
-    workers = min(int(params.get("workers") or 1), len(todo))
+    workers = min(int(params.get("workers") or 1), len(todo), max(1, torch.get_num_threads()))
     if workers > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        wparams = {**params, "tokenizer_path": tok_path, "vocab_size": None}  # the tokenizer made above
+        wparams = {**params, "tokenizer_path": shared["tok_path"], "vocab_size": None}  # the tokenizer made above
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_worker_init, initargs=(wparams, scale, str(out))) as ex:
             futures = [ex.submit(_worker_train, r) for r in todo]
@@ -664,9 +701,47 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     else:
         for r in todo:
             log.info("run %s (groups %s)", r["name"], ",".join(r["groups"]))
-            record(train_one(params, r, tok, enc, test, out, params["device"]))
+            record(train_one(params, r, shared["tok"], shared["enc"], shared["test"], out, params["device"]))
+    write()  # also the runs kept from other files (the judging job after the parts: runs.json holds every run)
+    return finished
+
+
+def _prepared(params: dict, scale: str, out: Path) -> tuple[dict, list[dict]]:
+    t0 = time.time()
+    shared = prepare(params, scale, out)
+    enc, test, data = shared["enc"], shared["test"], shared["data"]
+    plan = plan_runs(params)
+    log.info("data: %d train pairs, %d valid, %d test sentences; vocab %d (%s); target unigram entropy %.3f nats; "
+             "%d runs planned; %.1f s", len(enc["train"]), len(enc["valid"]), len(test["refs"]),
+             shared["tok"].vocab_size, shared["tok_path"], data["unigram_entropy"], len(plan), time.time() - t0)
+    return shared, plan
+
+
+def run_part(params: dict, scale: str, out, index: int, count: int) -> dict:
+    """Part ``index`` of ``count`` (the workflow's claim_part jobs, config workflow.parts): train every
+    ``count``-th planned run from the ``index``-th, recorded in parts/<index>-of-<count>.runs.json (kept on a rerun
+    with the same parameters and code). The job without a part judges once every part is done."""
+    out = Path(out)
+    (out / "parts").mkdir(parents=True, exist_ok=True)
+    shared, plan = _prepared(params, scale, out)
+    mine = plan[index::count]
+    finished = _train_runs(params, scale, out, shared, plan, mine, out / "parts" / f"{index}-of-{count}.runs.json",
+                           f"warmup_stability part {index}-of-{count}")
+    return {"runs": [r["name"] for r in mine if r["name"] in finished]}
+
+
+def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
+    """Train every configuration (Post/Pre-LN x warm-up x lr, ScaleNorm+FixNorm, depth sweep) once per seed, and
+    judge.  Runs already finished with the same parameters and code (by an interrupted earlier run, or by the part
+    jobs: ``run_part``) are kept. ``workers`` > 1 trains that many runs at once in worker processes of one torch
+    thread each (small models use one core far better than two threads of one process), at most as many as the
+    torch threads this job was given; the results do not depend on it."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shared, plan = _prepared(params, scale, out)
+    finished = _train_runs(params, scale, out, shared, plan, plan, out / "runs.json", "warmup_stability")
     summaries = [finished[r["name"]] for r in plan]
-    rows = rows_from_summaries(summaries, params, data)
+    rows = rows_from_summaries(summaries, params, shared["data"])
     return rows, judge(rows, params, scale)
 
 
