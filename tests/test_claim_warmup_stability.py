@@ -334,7 +334,7 @@ def test_parts_train_the_same_runs_and_the_judging_job_keeps_them(tiny_run, tmp_
     for i in range(2):
         assert main(ws.CLAIM, ws.run, args + ["--part", f"{i}-of-2"]) == 0
         done = json.loads((tmp_path / "parts" / f"{i}-of-2.done").read_text())
-        assert done["runs"] == [r["name"] for r in ws.plan_runs(p)[i::2]]
+        assert done["runs"] == [r["name"] for r in ws.split_runs(ws.plan_runs(p), 2)[i]]
     assert not (tmp_path / "verdict.json").exists()  # a part does not judge
     with caplog.at_level(logging.INFO, logger="repro.warmup_stability"):
         rows2, verdict2 = ws.run(p, "tiny", tmp_path)
@@ -349,6 +349,20 @@ def test_parts_train_the_same_runs_and_the_judging_job_keeps_them(tiny_run, tmp_
     for k in a:
         assert a[k] == pytest.approx(b[k], rel=1e-3, abs=1e-4), k
     assert verdict2["verdict"] == verdict["verdict"]
+
+
+def test_split_runs_balances_the_parts():
+    """Every planned run in exactly one part; the default plan's 15 runs at 6+6 layers and 6 at 2+2 in 10 parts:
+    none heavier than two 6+6 runs (round-robin put three in one part, which then ran alone at the end)."""
+    p = config.section("warmup_stability", "default")
+    plan = ws.plan_runs(p)
+    parts = ws.split_runs(plan, 10)
+    names = [r["name"] for part in parts for r in part]
+    assert sorted(names) == sorted(r["name"] for r in plan) and len(names) == len(set(names))
+    cost = [sum(r["layers"] + 1 for r in part) for part in parts]
+    assert max(cost) <= 2 * 7 and min(cost) >= 7
+    assert ws.split_runs(plan, 10) == parts  # deterministic: every part job computes the same split
+    assert [len(x) for x in ws.split_runs(plan[:3], 5)] == [1, 1, 1, 0, 0]
 
 
 def test_part_argument_is_checked(tmp_path, capsys):
