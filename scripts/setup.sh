@@ -14,7 +14,7 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 if [ -z "${REPRO_KEEP_TORCH:-}" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
   pip install "torch==2.13.0"
 fi
-if ! .venv/bin/python -c "import repro, snakemake, triton, sacrebleu, sentencepiece, seaborn, pytest_timeout, xdist, selenium, snakemake_executor_plugin_slurm, safetensors, transformers, bitsandbytes" 2>/dev/null; then
+if ! .venv/bin/python -c "import repro, snakemake, triton, sacrebleu, sentencepiece, seaborn, pytest_timeout, xdist, selenium, snakemake_executor_plugin_slurm, safetensors, filelock, transformers, bitsandbytes" 2>/dev/null; then
   pip install -e ".[test,slurm]"
 fi
 # The browser test (tests/test_report_browser.py) drives Debian's headless Chromium; installed here where apt-get

@@ -322,7 +322,7 @@ def test_rerun_keeps_finished_runs(tiny_run):
 
 
 def test_parts_train_the_same_runs_and_the_judging_job_keeps_them(tiny_run, tmp_path, caplog):
-    """workflow.parts: the part jobs (``--part I-of-N`` on the command line) each train every N-th planned run; the
+    """workflow.parts: the part jobs (``--part I-of-N`` on the command line) each train their share of the planned runs; the
     judging job then trains nothing and reports the same numbers as one job training everything."""
     import json
     import logging

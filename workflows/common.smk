@@ -45,7 +45,7 @@ rule claim:
 
 rule claim_part:
     """One part of a claim whose training runs are split into jobs (config/claims/<id>.yaml: workflow.parts):
-    ``python -m repro.claims.<id> --part <i>-of-<n>`` trains every n-th run (the finished ones kept on a rerun with
+    ``python -m repro.claims.<id> --part <i>-of-<n>`` trains its share of the runs (the finished ones kept on a rerun with
     the same parameters and code) and writes parts/<i>-of-<n>.done; the claim job judges once every part is done.
     Small runs of one thread each fill whatever cores the other jobs leave free."""
     input:

@@ -111,7 +111,7 @@ def main(claim: str, run: Callable, argv=None) -> int:
     module = sys.modules.get(run.__module__)
     if hasattr(module, "run_part"):
         parser.add_argument("--part", type=_part, default=None, metavar="I-of-N",
-                            help="train only part I of N (every N-th run, counting from I = 0) and write "
+                            help="train only part I of N of the claim's runs (I counts from 0; the claim's run_part splits them) and write "
                                  "parts/I-of-N.done under --out; the run without --part judges (what the workflow's "
                                  "claim_part jobs do when workflow.parts > 1)")
     args = parser.parse_args(argv)

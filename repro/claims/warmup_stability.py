@@ -50,7 +50,6 @@ Verdict (``judge``; the contract of ``repro.bench.records.verdict_from_checks``)
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -60,6 +59,7 @@ import time
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from torch import nn
 
 from repro import artefacts
@@ -219,7 +219,7 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
             "texts_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest()}
     stamp = Path(str(prefix) + ".params.json")
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(prefix.parent / ".lock"):
+    with FileLock(prefix.parent / ".lock"):  # the other part jobs wait, then reuse it
         if stamp.exists() and Path(str(prefix) + ".model").exists() and json.loads(stamp.read_text()) == want:
             tok = load_tokenizer(str(prefix) + ".model", bpe)
             log.info("reusing the %d-piece tokenizer %s (same settings and training text)", tok.vocab_size, prefix)
@@ -231,20 +231,6 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
     log.info("trained a %d-piece tokenizer on %d sentences into %s (%s)", tok.vocab_size, len(texts), prefix,
              "warmup_stability.vocab_size" if own else "tokenizer_path unset")
     return tok, str(prefix) + ".model"
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on ``path`` (fcntl.flock): one process at a time in the block; released when it ends, or
-    when the process dies."""
-    import fcntl
-
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _model_params(params: dict, run: dict) -> dict:
