@@ -28,9 +28,10 @@ def _skip_unless_runnable(device):
         pytest.skip("needs a CUDA device")
 
 
-def reference_attention(q, k, v, causal=False, key_padding_mask=None, scale=None):
+def reference_attention(q, k, v, causal=False, key_padding_mask=None, scale=None, window=None):
     """softmax(scale * q k^T + mask) v in fp32, materialised; GQA by repeating kv heads; rows with
-    every key masked give 0 (the kernel's contract)."""
+    every key masked give 0 (the kernel's contract); ``window``: key j visible to query i only if
+    i - window < j (sliding window, with causal)."""
     q, k, v = q.float(), k.float(), v.float()
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     group = q.shape[1] // k.shape[1]
@@ -40,6 +41,8 @@ def reference_attention(q, k, v, causal=False, key_padding_mask=None, scale=None
     mask = torch.zeros(s.shape, dtype=torch.bool, device=s.device)
     if causal:
         mask |= torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1)
+    if window is not None:
+        mask |= torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(-window)
     if key_padding_mask is not None:
         mask |= key_padding_mask[:, None, None, :]
     empty = mask.all(-1, keepdim=True)
@@ -104,6 +107,39 @@ def test_attention_matches_reference(device, dtype, causal, masked, heads):
     o = _check(q, k, v, dtype, SMALL, causal=causal, key_padding_mask=kpm)
     if masked and causal:  # rows of batch 1 before its first real key: exactly 0
         assert (o[1, :, :3].float() == 0).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n,window,heads,masked", [
+    (37, 1, (2, 2), False),  # only the diagonal: every other tile skipped
+    (37, 5, (4, 1), True),  # narrower than a tile: band edge and diagonal in the same tiles, GQA, padding
+    (45, 16, (2, 2), True),  # exactly one tile wide
+    (45, 20, (2, 1), False),  # band edge mid-tile, a tail tile (45 = 2 * 16 + 13)
+    (37, 36, (2, 2), False),  # one key short of the full causal band
+], ids=["w1", "w5-gqa-kpm", "w16-kpm", "w20-gqa", "w36"])
+def test_sliding_window_matches_reference(device, n, window, heads, masked):
+    """Sliding-window causal attention (Mistral's sliding_window; FlashAttention-2's window_size):
+    forward and all gradients at odd lengths, the band's left edge inside, across and beyond tiles."""
+    _skip_unless_runnable(device)
+    q, k, v = _inputs(device, torch.float32, 2, heads[0], heads[1], n, n, 32, seed=20 + window)
+    kpm = _padding(device, 2, n) if masked else None
+    _check(q, k, v, torch.float32, SMALL, causal=True, key_padding_mask=kpm, window=window)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_sliding_window_default_tiles_and_semantics(device, dtype):
+    """The launcher's own tiles (32 x 32 on CPU) with a window not a multiple of them; keys left of the
+    band do not change the output (they are never read); a window covering the sequence is causal."""
+    _skip_unless_runnable(device)
+    q, k, v = _inputs(device, dtype, 1, 2, 2, 77, 77, 16, seed=30)
+    o = _check(q, k, v, dtype, None, causal=True, window=23)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, :40], v2[:, :, :40] = 9.0, -9.0  # rows >= 62 see keys > 39 only
+    o2 = flash_attention(q, k2, v2, causal=True, window=23)
+    torch.testing.assert_close(o2[:, :, 62:], o[:, :, 62:])
+    assert not torch.allclose(o2[:, :, :62].float(), o[:, :, :62].float())
+    torch.testing.assert_close(flash_attention(q, k, v, causal=True, window=77), flash_attention(q, k, v, causal=True))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -217,6 +253,10 @@ def test_bad_arguments_name_the_argument():
         flash_attention(q, k, v, scale=-1.0)
     with pytest.raises(ValueError, match="4-D"):
         flash_attention(q[0], k[0], v[0])
+    with pytest.raises(ValueError, match="window.*causal=True"):
+        flash_attention(q, k, v, window=4)
+    with pytest.raises(ValueError, match="window must be a positive integer"):
+        flash_attention(q, k, v, causal=True, window=0)
 
 
 def test_attention_flop_model():
@@ -254,7 +294,7 @@ def test_kernels_compile_for_hopper():
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([sys.executable, "-m", "repro.kernels.aot_check", "--quick", "--match",
-                           "attn_(fwd|dq) D=128 bfloat16 causal=True|norm_bwd ln N=11008"],
+                           "attn_(fwd|dq) D=128 bfloat16 causal=(True|window)|norm_bwd ln N=11008"],
                           env=env, cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "0 failure(s)" in proc.stdout, proc.stdout + proc.stderr
-    assert proc.stdout.count("ok  ") == 3, proc.stdout
+    assert proc.stdout.count("ok  ") == 5, proc.stdout

@@ -88,12 +88,12 @@ def variants(quick: bool = False):
         for d in head_dims:
             cfg = A.attention_launch_config(d, getattr(torch, dt), torch.device("cuda"))
             prec = A._dot_precision(getattr(torch, dt))
-            for causal in (False, True):
+            for causal in (False, True, "window"):  # "window": causal with a sliding window
                 for kpm in ((False,) if quick else (False, True)):
                     for even in ((True,) if quick else (True, False)):
                         tag = f"D={d} {dt} causal={causal} kpm={kpm} even={even}"
-                        common = dict(HEAD_DIM=d, CAUSAL=causal, HAS_KPM=kpm, EVEN_N=even, UPCAST=False,
-                                      DOT_PRECISION=prec)
+                        common = dict(HEAD_DIM=d, CAUSAL=bool(causal), HAS_KPM=kpm, EVEN_N=even, UPCAST=False,
+                                      DOT_PRECISION=prec, HAS_WINDOW=causal == "window")
                         yield (f"attn_fwd {tag}", A._attn_fwd_kernel, dt,
                                dict(common, BLOCK_M=cfg["BLOCK_M_FWD"], BLOCK_N=cfg["BLOCK_N_FWD"]),
                                cfg["fwd_warps"], cfg["fwd_stages"])

@@ -11,7 +11,8 @@ outer for dK/dV and a separate dQ pass in the backward, no atomics) follows Flas
 The forward never materialises the (Nq, Nk) score matrix: each program keeps a running max m_i, a
 running denominator l_i and an unnormalised accumulator, rescaling them as key tiles stream by. It
 saves LSE (natural log, fp32, (B, H, Nq)) so that the backward recomputes P = exp(S - LSE) tile by
-tile. Masks: causal (key j visible to query i iff j <= i), a boolean key padding mask (B, Nk) with
+tile. Masks: causal (key j visible to query i iff j <= i), optionally banded (sliding window W: also
+i - W < j, as Mistral / FlashAttention-2's ``window_size``), a boolean key padding mask (B, Nk) with
 True = padded (ignored), like ``torch.nn.MultiheadAttention``; rows whose keys are all masked give
 output 0 (and LSE = +inf, so their recomputed P is 0 in the backward). Grouped-query attention: q has
 H heads, k/v have Hkv heads, H % Hkv == 0, query head h reads kv head h // (H // Hkv); the dK/dV
@@ -51,13 +52,14 @@ def _attn_fwd_inner(
     lo, hi,  # key range [lo, hi) this stage walks
     offs_m,
     N_K,
+    WINDOW,  # sliding window: key j visible to query i iff i - WINDOW < j (when MASK_WINDOW)
     qk_scale,  # softmax scale * log2(e)
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-    MASK_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, EVEN_N: tl.constexpr,
+    MASK_CAUSAL: tl.constexpr, MASK_WINDOW: tl.constexpr, HAS_KPM: tl.constexpr, EVEN_N: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """Stream key tiles [lo, hi) through the online softmax (shared by the off-diagonal and the
-    diagonal stage of the causal forward, so the inner loop exists once)."""
+    """Stream key tiles [lo, hi) through the online softmax (shared by the stages of the causal
+    forward: band edge, unmasked interior, diagonal; so the inner loop exists once)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
@@ -74,13 +76,15 @@ def _attn_fwd_inner(
             kt = kt.to(tl.float32)
             v = v.to(tl.float32)
         s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale  # base-2 logits
-        if MASK_CAUSAL or HAS_KPM or (not EVEN_N):
+        if MASK_CAUSAL or MASK_WINDOW or HAS_KPM or (not EVEN_N):
             valid = kv_in[None, :]
             if HAS_KPM:
                 pad = tl.load(kpm_base + offs_n, mask=kv_in, other=1)
                 valid = valid & (pad == 0)[None, :]
             if MASK_CAUSAL:
                 valid = valid & (offs_m[:, None] >= offs_n[None, :])
+            if MASK_WINDOW:
+                valid = valid & (offs_n[None, :] > offs_m[:, None] - WINDOW)
             s = tl.where(valid, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # While every key seen by a row is masked, m_new is -inf; shift by 0 instead so that
@@ -107,14 +111,18 @@ def _attn_fwd_kernel(
     stride_kpm_b,
     H, N_Q, N_K,
     GROUP,  # query heads per kv head (H // Hkv)
+    WINDOW,  # sliding window (keys per query, itself included) when HAS_WINDOW
     qk_scale,  # softmax scale * log2(e)
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, EVEN_N: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_WINDOW: tl.constexpr,
 ):
     """Grid (cdiv(N_Q, BLOCK_M), B * H): one program owns BLOCK_M query rows of one head.
     Causal: key tiles strictly left of the query tile need no mask (stage 1); only the diagonal
-    tile(s) pay for the causal compare (stage 2), and tiles right of it are never loaded."""
+    tile(s) pay for the causal compare (stage 2), and tiles right of it are never loaded.
+    Sliding window (HAS_WINDOW, causal only; FlashAttention-2's ``window_size=(WINDOW - 1, 0)``):
+    key tiles entirely left of every row's band are never loaded, tiles the band covers only
+    partly (its left edge) pay for the window compare (stage 0), the interior stays unmasked."""
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
@@ -137,17 +145,28 @@ def _attn_fwd_kernel(
     acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
     if CAUSAL:
         diag = start_m * BLOCK_M  # BLOCK_M is a multiple of BLOCK_N, so tiles align with the diagonal
+        mid = 0  # key tiles in [mid, diag) are visible to every row of this tile
+        if HAS_WINDOW:
+            # first key tile any row sees (row diag sees keys > diag - WINDOW); tiles before it are skipped.
+            # Operands are clamped at 0 before dividing (integer division of negatives differs by backend).
+            lo = tl.maximum(diag - WINDOW + 1, 0) // BLOCK_N * BLOCK_N
+            # first tile inside the band of the tile's last row (diag + BLOCK_M - 1), rounded up to a tile
+            mid = (tl.maximum(diag + BLOCK_M - WINDOW, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+            mid = tl.minimum(tl.maximum(mid, lo), diag)
+            acc, l_i, m_i = _attn_fwd_inner(
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kpm_base, lo, mid, offs_m, N_K, WINDOW,
+                qk_scale, HEAD_DIM, BLOCK_N, False, True, HAS_KPM, EVEN_N, UPCAST, DOT_PRECISION)
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kpm_base, 0, diag, offs_m, N_K, qk_scale,
-            HEAD_DIM, BLOCK_N, False, HAS_KPM, EVEN_N, UPCAST, DOT_PRECISION)
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kpm_base, mid, diag, offs_m, N_K, WINDOW,
+            qk_scale, HEAD_DIM, BLOCK_N, False, False, HAS_KPM, EVEN_N, UPCAST, DOT_PRECISION)
         acc, l_i, m_i = _attn_fwd_inner(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kpm_base,
-            diag, tl.minimum(diag + BLOCK_M, N_K), offs_m, N_K, qk_scale,
-            HEAD_DIM, BLOCK_N, True, HAS_KPM, EVEN_N, UPCAST, DOT_PRECISION)
+            diag, tl.minimum(diag + BLOCK_M, N_K), offs_m, N_K, WINDOW, qk_scale,
+            HEAD_DIM, BLOCK_N, True, HAS_WINDOW, HAS_KPM, EVEN_N, UPCAST, DOT_PRECISION)
     else:
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kpm_base, 0, N_K, offs_m, N_K, qk_scale,
-            HEAD_DIM, BLOCK_N, False, HAS_KPM, EVEN_N, UPCAST, DOT_PRECISION)
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kpm_base, 0, N_K, offs_m, N_K, WINDOW,
+            qk_scale, HEAD_DIM, BLOCK_N, False, False, HAS_KPM, EVEN_N, UPCAST, DOT_PRECISION)
     # Fully masked rows have l_i == 0: output 0, LSE = +inf (so exp(s - LSE) = 0 in the backward).
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -191,14 +210,15 @@ def _attn_bwd_dkdv_kernel(
     stride_dkb, stride_dkh, stride_dkn,
     stride_dvb, stride_dvh, stride_dvn,
     stride_kpm_b,
-    H, HKV, N_Q, N_K, GROUP,
+    H, HKV, N_Q, N_K, GROUP, WINDOW,
     sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, EVEN_N: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_WINDOW: tl.constexpr,
 ):
     """Grid (cdiv(N_K, BLOCK_N), B * Hkv): one program owns BLOCK_N keys of one kv head and walks
-    every query tile of every query head in its group (GQA sum without atomics):
+    every query tile of every query head in its group that can see them (GQA sum without atomics;
+    with a sliding window only the queries i < j + WINDOW of its keys j):
         P^T = exp(scale * K Q^T - LSE),  dV += P^T dO,  dP^T = V dO^T,
         dS^T = P^T * (dP^T - delta),     dK += scale * dS^T Q."""
     start_n = tl.program_id(0) * BLOCK_N
@@ -224,12 +244,15 @@ def _attn_bwd_dkdv_kernel(
     dv = tl.zeros((BLOCK_N, HEAD_DIM), dtype=tl.float32)
     # Causal: queries before this key tile never see it; start at the query tile holding row start_n.
     lo = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0
+    hi = N_Q
+    if HAS_WINDOW:  # the last query that sees this tile's last key: start_n + BLOCK_N - 1 + WINDOW - 1
+        hi = tl.minimum(N_Q, start_n + BLOCK_N + WINDOW - 1)
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
         q_base = Q + off_b * stride_qb + off_h * stride_qh
         do_base = DO + off_b * stride_dob + off_h * stride_doh
         row_base = (off_b * H + off_h) * N_Q
-        for start_m in range(lo, N_Q, BLOCK_M):
+        for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + offs_m0
             m_in = offs_m < N_Q
             # Q and dO are loaded transposed, (HEAD_DIM, BLOCK_M), so both products are plain dots.
@@ -247,6 +270,8 @@ def _attn_bwd_dkdv_kernel(
                 valid = key_ok[:, None]
                 if CAUSAL:
                     valid = valid & (offs_m[None, :] >= offs_n[:, None])
+                if HAS_WINDOW:
+                    valid = valid & (offs_n[:, None] > offs_m[None, :] - WINDOW)
                 pt = tl.where(valid, pt, 0.0)
             dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
             dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
@@ -268,14 +293,15 @@ def _attn_bwd_dq_kernel(
     stride_dob, stride_doh, stride_dom,
     stride_dqb, stride_dqh, stride_dqm,
     stride_kpm_b,
-    H, N_Q, N_K, GROUP,
+    H, N_Q, N_K, GROUP, WINDOW,
     sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, EVEN_N: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_WINDOW: tl.constexpr,
 ):
     """Grid (cdiv(N_Q, BLOCK_M), B * H): dQ = scale * sum_j dS_ij k_j, with
-    dS = P * (dO V^T - delta) and P recomputed from the saved LSE."""
+    dS = P * (dO V^T - delta) and P recomputed from the saved LSE; with a sliding window the key
+    tiles left of the band are skipped as in the forward."""
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
@@ -300,7 +326,10 @@ def _attn_bwd_dq_kernel(
     kpm_base = KPM + off_b * stride_kpm_b
     dq = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
     hi = tl.minimum((start_m + 1) * BLOCK_M, N_K) if CAUSAL else N_K
-    for start_n in range(0, hi, BLOCK_N):
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(start_m * BLOCK_M - WINDOW + 1, 0) // BLOCK_N * BLOCK_N
+    for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         kv_in = offs_n < N_K
         # K and V loaded transposed, (HEAD_DIM, BLOCK_N).
@@ -318,6 +347,8 @@ def _attn_bwd_dq_kernel(
                 valid = valid & (pad == 0)[None, :]
             if CAUSAL:
                 valid = valid & (offs_m[:, None] >= offs_n[None, :])
+            if HAS_WINDOW:
+                valid = valid & (offs_n[None, :] > offs_m[:, None] - WINDOW)
             p = tl.where(valid, p, 0.0)
         dp = tl.dot(do, vt, input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
@@ -357,7 +388,7 @@ def _dense_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _flash_forward(q, k, v, kpm, causal, scale, cfg):
+def _flash_forward(q, k, v, kpm, causal, scale, cfg, window=None):
     """Launch the forward kernel; returns (o, lse) with lse (B, H, Nq) fp32 natural log."""
     b, h, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
@@ -372,15 +403,15 @@ def _flash_forward(q, k, v, kpm, causal, scale, cfg):
         v.stride(0), v.stride(1), v.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
         kpm.stride(0) if kpm is not None else 0,
-        h, nq, nk, h // hkv, scale * _LOG2E,
+        h, nq, nk, h // hkv, window or 0, scale * _LOG2E,
         HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KPM=kpm is not None,
         EVEN_N=nk % bn == 0, UPCAST=interpreter_enabled(), DOT_PRECISION=_dot_precision(q.dtype),
-        num_warps=cfg["fwd_warps"], num_stages=cfg["fwd_stages"],
+        HAS_WINDOW=window is not None, num_warps=cfg["fwd_warps"], num_stages=cfg["fwd_stages"],
     )
     return o, lse
 
 
-def _flash_backward(do, q, k, v, o, lse, kpm, causal, scale, cfg):
+def _flash_backward(do, q, k, v, o, lse, kpm, causal, scale, cfg, window=None):
     """Launch preprocess, dK/dV and dQ kernels; returns (dq, dk, dv)."""
     b, h, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
@@ -406,9 +437,9 @@ def _flash_backward(do, q, k, v, o, lse, kpm, causal, scale, cfg):
         do.stride(0), do.stride(1), do.stride(2),
         dk.stride(0), dk.stride(1), dk.stride(2),
         dv.stride(0), dv.stride(1), dv.stride(2),
-        kpm_stride, h, hkv, nq, nk, group, scale, scale * _LOG2E,
+        kpm_stride, h, hkv, nq, nk, group, window or 0, scale, scale * _LOG2E,
         HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KPM=kpm is not None,
-        EVEN_N=nk % bn == 0, UPCAST=upcast, DOT_PRECISION=prec,
+        EVEN_N=nk % bn == 0, UPCAST=upcast, DOT_PRECISION=prec, HAS_WINDOW=window is not None,
         num_warps=cfg["bwd_warps"], num_stages=cfg["bwd_stages"],
     )
     bm, bn = cfg["BLOCK_M_DQ"], cfg["BLOCK_N_DQ"]
@@ -419,9 +450,9 @@ def _flash_backward(do, q, k, v, o, lse, kpm, causal, scale, cfg):
         v.stride(0), v.stride(1), v.stride(2),
         do.stride(0), do.stride(1), do.stride(2),
         dq.stride(0), dq.stride(1), dq.stride(2),
-        kpm_stride, h, nq, nk, group, scale, scale * _LOG2E,
+        kpm_stride, h, nq, nk, group, window or 0, scale, scale * _LOG2E,
         HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KPM=kpm is not None,
-        EVEN_N=nk % bn == 0, UPCAST=upcast, DOT_PRECISION=prec,
+        EVEN_N=nk % bn == 0, UPCAST=upcast, DOT_PRECISION=prec, HAS_WINDOW=window is not None,
         num_warps=cfg["bwd_warps"], num_stages=cfg["bwd_stages"],
     )
     return dq, dk, dv
@@ -437,21 +468,22 @@ class _FlashAttentionFunction(torch.autograd.Function):
     """Saves q, k, v, o and the fp32 LSE (B*H*Nq floats), never the (Nq, Nk) probabilities."""
 
     @staticmethod
-    def forward(ctx, q, k, v, kpm, causal, scale, cfg):
+    def forward(ctx, q, k, v, kpm, causal, scale, cfg, window):
         q, k, v = _dense_last(q), _dense_last(k), _dense_last(v)
-        o, lse = _flash_forward(q, k, v, kpm, causal, scale, cfg)
+        o, lse = _flash_forward(q, k, v, kpm, causal, scale, cfg, window)
         ctx.save_for_backward(q, k, v, o, lse, kpm)
-        ctx.causal, ctx.scale, ctx.cfg = causal, scale, cfg
+        ctx.causal, ctx.scale, ctx.cfg, ctx.window = causal, scale, cfg, window
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse, kpm = ctx.saved_tensors
-        dq, dk, dv = _flash_backward(_dense_last(do), q, k, v, o, lse, kpm, ctx.causal, ctx.scale, ctx.cfg)
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = _flash_backward(_dense_last(do), q, k, v, o, lse, kpm, ctx.causal, ctx.scale, ctx.cfg,
+                                     ctx.window)
+        return dq, dk, dv, None, None, None, None, None
 
 
-def _check_attention_args(q, k, v, causal, key_padding_mask, scale):
+def _check_attention_args(q, k, v, causal, key_padding_mask, scale, window=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -487,19 +519,29 @@ def _check_attention_args(q, k, v, causal, key_padding_mask, scale):
             raise ValueError(f"flash_attention: key_padding_mask is on {key_padding_mask.device}, q on {q.device}")
     if scale is not None and (not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"flash_attention: scale must be a positive finite number or None, got {scale!r}")
+    if window is not None:
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"flash_attention: window must be a positive integer or None, got {window!r}")
+        if not causal:
+            raise ValueError("flash_attention: window (sliding-window attention) needs causal=True")
     check_device(q, k, v)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     key_padding_mask: torch.Tensor | None = None, scale: float | None = None,
-                    _config: dict | None = None) -> torch.Tensor:
+                    window: int | None = None, _config: dict | None = None) -> torch.Tensor:
     """Exact attention softmax(scale * q k^T + mask) v without materialising the score matrix.
 
     q (B, H, Nq, D); k, v (B, Hkv, Nk, D) with H % Hkv == 0 (query head h uses kv head h // (H // Hkv));
     key_padding_mask bool (B, Nk), True = padded (ignored); causal needs Nq == Nk; scale defaults to
-    1/sqrt(D). Returns (B, H, Nq, D) in q's dtype; differentiable in q, k, v (dk/dv summed over each
-    group's query heads). ``_config`` overrides `attention_launch_config` (tests force small tiles)."""
-    _check_attention_args(q, k, v, causal, key_padding_mask, scale)
+    1/sqrt(D). ``window`` (with causal): sliding-window attention, query i sees keys i - window < j <= i
+    (Mistral's ``sliding_window``, FlashAttention-2's ``window_size=(window - 1, 0)``); key tiles outside
+    the band are skipped. Returns (B, H, Nq, D) in q's dtype; differentiable in q, k, v (dk/dv summed
+    over each group's query heads). ``_config`` overrides `attention_launch_config` (tests force small
+    tiles)."""
+    _check_attention_args(q, k, v, causal, key_padding_mask, scale, window)
+    if window is not None and window >= k.shape[2]:
+        window = None  # the band covers every causal key: plain causal attention, the same result
     d = q.shape[-1]
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     cfg = attention_launch_config(d, q.dtype, q.device)
@@ -511,19 +553,21 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     if cfg["BLOCK_M_FWD"] % cfg["BLOCK_N_FWD"]:
         raise ValueError("flash_attention: _config BLOCK_M_FWD must be a multiple of BLOCK_N_FWD")
     kpm = key_padding_mask.to(torch.uint8).contiguous() if key_padding_mask is not None else None
-    return _FlashAttentionFunction.apply(q, k, v, kpm, bool(causal), scale, cfg)
+    return _FlashAttentionFunction.apply(q, k, v, kpm, bool(causal), scale, cfg, window)
 
 
 class FlashAttention(torch.nn.Module):
     """Module form of `flash_attention` (no parameters): ``FlashAttention(causal=True)(q, k, v)``."""
 
-    def __init__(self, causal: bool = False, scale: float | None = None):
+    def __init__(self, causal: bool = False, scale: float | None = None, window: int | None = None):
         super().__init__()
         self.causal = causal
         self.scale = scale
+        self.window = window
 
     def forward(self, q, k, v, key_padding_mask=None):
-        return flash_attention(q, k, v, causal=self.causal, key_padding_mask=key_padding_mask, scale=self.scale)
+        return flash_attention(q, k, v, causal=self.causal, key_padding_mask=key_padding_mask, scale=self.scale,
+                               window=self.window)
 
     def extra_repr(self):
-        return f"causal={self.causal}, scale={self.scale}"
+        return f"causal={self.causal}, scale={self.scale}, window={self.window}"
