@@ -13,6 +13,13 @@ With ``block.rope`` self-attention rotates q and k by their positions (repro.mod
 so every backend (math, sdpa, the Triton kernel) sees rotated q/k; cached keys are stored rotated, and positions
 come from the caller (the models pass them, from the padding mask and the decoding offset) or else continue from
 the cache length.
+
+Sliding-window attention (``block.attn_window`` = W; Mistral 7B, Jiang et al. 2023, Sec. 2; Longformer's banded
+causal pattern): causal self-attention in which query i sees only keys i - W < j <= i, exactly as transformers'
+``sliding_window`` mask and FlashAttention-2's ``window_size=(W - 1, 0)``. Every backend honours it: "math" masks
+the band, "sdpa" gets an explicit boolean band mask (``is_causal`` cannot express it), "triton" skips key tiles
+outside the band. Incremental decoding attends the last W cached keys. GPT-2's ``scale_attn_by_inverse_layer_idx``
+(``block.attn_scale_by_layer``) divides block l's scores by l + 1 on top of 1/sqrt(d).
 """
 from __future__ import annotations
 
@@ -27,38 +34,60 @@ from .config import BlockConfig
 from .rope import apply_rope, inv_frequencies, rope_cos_sin
 
 
+def causal_band(T: int, window: int | None, device=None) -> torch.Tensor:
+    """(T, T) bool, True = key j visible to query i: j <= i, and i - window < j with a sliding window."""
+    ones = torch.ones(T, T, dtype=torch.bool, device=device)
+    return ones.tril() if window is None else ones.tril() & ~ones.tril(-window)
+
+
+def _check_window(window, causal: bool, Tq: int, Tk: int) -> None:
+    if causal and Tq != Tk:
+        raise ValueError(f"causal attention needs equal query and key lengths, got {Tq} and {Tk}")
+    if window is not None:
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"attention window: must be a positive integer or None, got {window!r}")
+        if not causal:
+            raise ValueError("attention window (sliding-window attention) needs causal self-attention")
+
+
 def attention_core(q, k, v, *, backend: str, causal: bool = False, key_padding_mask=None,
-                   dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
-    """softmax(q k^T * scale + mask) v.  q (B, H, Tq, D); k, v (B, Hkv, Tk, D); key_padding_mask (B, Tk), True = pad."""
+                   dropout_p: float = 0.0, scale: float | None = None, window: int | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v.  q (B, H, Tq, D); k, v (B, Hkv, Tk, D); key_padding_mask (B, Tk), True = pad;
+    ``window`` (causal only): query i sees keys i - window < j <= i (sliding-window attention)."""
     B, H, Tq, D = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    if causal and Tq != Tk:
-        raise ValueError(f"causal attention needs equal query and key lengths, got {Tq} and {Tk}")
+    _check_window(window, causal, Tq, Tk)
+    if window is not None and window >= Tk:
+        window = None  # the band holds every causal key: plain causal attention, the same result
     if backend == "triton":
         from repro.kernels import flash_attention  # lazy: triton only when this backend is used
-        return flash_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+        return flash_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale, window=window)
     if backend == "sdpa":
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk), True = attend
-            if causal:
-                mask = mask & torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
+        if causal and (mask is not None or window is not None):
+            band = causal_band(Tq, window, q.device)
+            mask = band if mask is None else mask & band
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                               is_causal=causal and mask is None, scale=scale,
                                               enable_gqa=Hkv != H)
     if backend != "math":
         raise ValueError(f"block.attention: unknown backend {backend!r}")
-    return math_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, dropout_p=dropout_p, scale=scale)
+    return math_attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask, dropout_p=dropout_p, scale=scale,
+                          window=window)
 
 
 def math_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, dropout_p: float = 0.0,
-                   scale: float | None = None) -> torch.Tensor:
+                   scale: float | None = None, window: int | None = None) -> torch.Tensor:
     """Standard attention in eager ops: the (Tq, Tk) scores and probabilities are materialised (softmax in fp32).
-    The reference of the attention kernels and the "math" provider of the kernel benchmark (repro.bench.kernels)."""
+    The reference of the attention kernels and the "math" provider of the kernel benchmark (repro.bench.kernels).
+    ``window`` (causal only): the sliding-window band i - window < j <= i (Mistral; Jiang et al. 2023)."""
     B, H, Tq, D = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
+    _check_window(window, causal, Tq, Tk)
     if Hkv != H:  # expand kv heads to their query-head groups
         k = k.repeat_interleave(H // Hkv, dim=1)
         v = v.repeat_interleave(H // Hkv, dim=1)
@@ -66,7 +95,7 @@ def math_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, drop
     if key_padding_mask is not None:
         scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
     if causal:
-        scores = scores.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        scores = scores.masked_fill(~causal_band(Tq, window, q.device), float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     if dropout_p > 0:
         probs = F.dropout(probs, p=dropout_p, training=True)
@@ -88,15 +117,18 @@ class MultiHeadAttention(nn.Module):
 
     slot = "attention"
 
-    def __init__(self, cfg: BlockConfig):
+    def __init__(self, cfg: BlockConfig, layer_idx: int = 0):
         super().__init__()
         self.cfg = cfg
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.dim_head
         d, dh = cfg.d_model, self.head_dim
-        self.q_proj = nn.Linear(d, self.n_heads * dh, bias=cfg.bias)
-        self.k_proj = nn.Linear(d, self.n_kv_heads * dh, bias=cfg.bias)
-        self.v_proj = nn.Linear(d, self.n_kv_heads * dh, bias=cfg.bias)
-        self.out_proj = nn.Linear(self.n_heads * dh, d, bias=cfg.bias)
+        self.q_proj = nn.Linear(d, self.n_heads * dh, bias=cfg.use_qkv_bias)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * dh, bias=cfg.use_qkv_bias)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * dh, bias=cfg.use_qkv_bias)
+        self.out_proj = nn.Linear(self.n_heads * dh, d, bias=cfg.use_out_bias)
+        # None: the backends' 1/sqrt(dh); GPT-2's scale_attn_by_inverse_layer_idx also divides by layer_idx + 1
+        self.scale = 1.0 / math.sqrt(dh) / (layer_idx + 1) if cfg.attn_scale_by_layer else None
+        self.window = cfg.attn_window
         self.register_buffer("head_gate", torch.ones(self.n_heads), persistent=False)
         self.gate_module: nn.Module | None = None
         self.backend = cfg.attention
@@ -151,13 +183,20 @@ class MultiHeadAttention(nn.Module):
                     k = torch.cat([cache["k"], k], dim=2)
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
+        window = self.window if kv is None else None  # the window bands self-attention only
         if cache is not None and kv is None and k.shape[2] != T:
             if T != 1:
                 raise ValueError("incremental decoding: after the first (prefix) call a cache takes one token per call")
-            causal = False  # one new query attends every cached key
+            causal = False  # one new query attends every cached key (with a window: the last `window` of them)
+            if window is not None and k.shape[2] > window:
+                k, v = k[:, :, -window:], v[:, :, -window:]
+                if key_padding_mask is not None and key_padding_mask.shape[-1] > window:
+                    key_padding_mask = key_padding_mask[:, -window:]
+            window = None
         dropout_p = self.cfg.attn_dropout if self.training else 0.0
         core = lambda q_, k_, v_: attention_core(q_, k_, v_, backend=self.backend, causal=causal,
-                                                 key_padding_mask=key_padding_mask, dropout_p=dropout_p)
+                                                 key_padding_mask=key_padding_mask, dropout_p=dropout_p,
+                                                 scale=self.scale, window=window)
         shared = kv is not None and k.shape[0] != B  # cross-attention: r consecutive query rows share a memory row
         if shared:
             r = _rows_per_memory_row(B, k.shape[0])

@@ -24,12 +24,15 @@ from .norms import make_norm
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: BlockConfig, cross_attention: bool = False):
+    """``layer_idx``: the block's index in its stack, fixed at construction (only GPT-2's
+    ``attn_scale_by_layer`` reads it; a block keeps it when others are dropped)."""
+
+    def __init__(self, cfg: BlockConfig, cross_attention: bool = False, layer_idx: int = 0):
         super().__init__()
         self.cfg = cfg
         norm = lambda: make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.norm_bias, cfg.norm_impl)
-        self.self_attn, self.norm_self = MultiHeadAttention(cfg), norm()
-        self.cross_attn = MultiHeadAttention(cfg) if cross_attention else None
+        self.self_attn, self.norm_self = MultiHeadAttention(cfg, layer_idx), norm()
+        self.cross_attn = MultiHeadAttention(cfg, layer_idx) if cross_attention else None
         self.norm_cross = norm() if cross_attention else None
         self.ffn, self.norm_ffn = make_ffn(cfg), norm()
         self.drop = nn.Dropout(cfg.dropout)
@@ -65,7 +68,7 @@ class BlockStack(nn.Module):
         super().__init__()
         if checkpoint_policy == "selective":
             cfg = cfg.replace(checkpoint="selective")
-        self.layers = nn.ModuleList(Block(cfg, cross_attention) for _ in range(n_layers))
+        self.layers = nn.ModuleList(Block(cfg, cross_attention, i) for i in range(n_layers))
         self.checkpoint_policy, self.checkpoint_every = checkpoint_policy, checkpoint_every
         self.skip: set[int] = set()
 

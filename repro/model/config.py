@@ -71,6 +71,9 @@ class BlockConfig:
     attn_dropout: float = 0.0
     act_dropout: float = 0.0
     bias: bool = True
+    qkv_bias: bool | None = None  # q/k/v projection biases; None: as ``bias`` (Qwen2: true with bias false)
+    out_bias: bool | None = None  # attention output projection bias; None: as ``bias``
+    ffn_bias: bool | None = None  # FFN linear biases; None: as ``bias`` (Llama's mlp_bias)
     norm_bias: bool = True  # LayerNorm beta (only for layernorm)
     residual: bool = True  # False drops the skip connection: x <- F(x) (block_numerics, rank_collapse)
     residual_scale: float = 1.0  # branch multiplier: x + s * F(x); e.g. 1/sqrt(L) (Noci et al. 2022)
@@ -79,6 +82,10 @@ class BlockConfig:
     rope_base: float = 10000.0  # theta base (Llama-2: 10000, Llama-3: 500000)
     rope_dim: int | None = None  # rotated dims per head (None: the whole head; GPT-NeoX rotary_pct < 1: fewer)
     rope_scaling: dict | None = None  # {type: linear, factor} or {type: llama3, factor, low_freq_factor, ...}
+    # sliding-window (banded causal) self-attention: query i sees keys i - attn_window < j <= i (Mistral's
+    # sliding_window, Jiang et al. 2023; FlashAttention-2's window_size=(attn_window - 1, 0)); None: full causal
+    attn_window: int | None = None
+    attn_scale_by_layer: bool = False  # block l's scores also divided by l + 1 (GPT-2 scale_attn_by_inverse_layer_idx)
     _prefix: str = field(default="block.", repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -109,8 +116,18 @@ class BlockConfig:
         if self.ffn == "moe" and self.moe_top_k > self.n_experts:
             raise ConfigError(f"{p}moe_top_k: {self.moe_top_k} exceeds n_experts={self.n_experts}")
         self._check_rope(p)
+        self._check_attention_options(p)
         if self.attention == "triton" and self.attn_dropout > 0:
             raise ConfigError(f"{p}attn_dropout: the triton attention backend has no dropout; set it to 0")
+
+    def _check_attention_options(self, p: str) -> None:
+        if self.attn_window is not None:
+            _check_positive(p, "attn_window", self.attn_window)
+        for key in ("qkv_bias", "out_bias", "ffn_bias"):
+            if getattr(self, key) not in (None, True, False):
+                raise ConfigError(f"{p}{key}: must be true, false or null (as bias), got {getattr(self, key)!r}")
+        if not isinstance(self.attn_scale_by_layer, bool):
+            raise ConfigError(f"{p}attn_scale_by_layer: must be true or false, got {self.attn_scale_by_layer!r}")
 
     def _check_rope(self, p: str) -> None:
         if not isinstance(self.rope, bool):
@@ -142,6 +159,18 @@ class BlockConfig:
                 raise ConfigError(f"{p}rope_scaling.{key}: must be a number > 0, got {v!r}")
         if kind == "llama3" and not sc["high_freq_factor"] > sc["low_freq_factor"]:
             raise ConfigError(f"{p}rope_scaling.high_freq_factor: must exceed low_freq_factor")
+
+    @property
+    def use_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def use_out_bias(self) -> bool:
+        return self.bias if self.out_bias is None else self.out_bias
+
+    @property
+    def use_ffn_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
 
     @property
     def rotary_dim(self) -> int:
@@ -182,6 +211,10 @@ class ModelConfig:
     share_encoder_decoder_embeddings: bool = True
     final_norm: bool | None = None  # None: on for pre-norm, off for post-norm
     embed_norm: bool = False  # a norm right after the embeddings (BERT)
+    # token embedding width when it differs from d_model: embeddings of this width are projected in (embed_dim ->
+    # d_model) before the positions are added, and the last hidden state out (d_model -> embed_dim) before the
+    # output projection; both without bias (OPT-350m's project_in / project_out, word_embed_proj_dim 512, d 1024)
+    embed_dim: int | None = None
     pooler: bool = False  # encoder models: dense + tanh on the first ([CLS]) token (BERT's pooler)
     n_classes: int = 0  # encoder models: a linear classifier on the pooled output (BERT fine-tuned on a task)
     pad_id: int = 0
@@ -205,6 +238,11 @@ class ModelConfig:
         _check_choice(p, "checkpoint", self.checkpoint, STACK_CHECKPOINT)
         if self.n_classes and not self.pooler:
             raise ConfigError(f"{p}n_classes: a classifier reads the pooled output; set pooler: true")
+        if self.embed_dim is not None:
+            _check_positive(p, "embed_dim", self.embed_dim)
+        if block.attn_window is not None and self.n_encoder_layers:
+            raise ConfigError(f"{p}block.attn_window: sliding-window attention is causal (decoder self-attention); "
+                              "an encoder's bidirectional attention has no window")
         if self.pad_id >= self.vocab_size:
             raise ConfigError(f"{p}pad_id: {self.pad_id} is outside the vocabulary of size {self.vocab_size}")
 

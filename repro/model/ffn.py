@@ -77,11 +77,11 @@ class MoE(nn.Module):
 
 def make_ffn(cfg: BlockConfig) -> nn.Module:
     if cfg.ffn in ("relu", "gelu", "gelu_tanh"):
-        return DenseFFN(cfg.d_model, cfg.d_ff, cfg.ffn, cfg.bias, cfg.act_dropout)
+        return DenseFFN(cfg.d_model, cfg.d_ff, cfg.ffn, cfg.use_ffn_bias, cfg.act_dropout)
     if cfg.ffn == "swiglu":
-        return SwiGLU(cfg.d_model, cfg.d_ff, cfg.bias, cfg.act_dropout)
+        return SwiGLU(cfg.d_model, cfg.d_ff, cfg.use_ffn_bias, cfg.act_dropout)
     if cfg.ffn == "moe":
-        return MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.moe_top_k, cfg.bias, cfg.act_dropout)
+        return MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.moe_top_k, cfg.use_ffn_bias, cfg.act_dropout)
     raise ValueError(f"block.ffn: unknown kind {cfg.ffn!r}")
 
 

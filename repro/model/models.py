@@ -40,15 +40,27 @@ class TokenEmbedding(nn.Embedding):
     slot = "embeddings"
 
 
+class EmbeddingProjection(nn.Linear):
+    """Bias-free projection between the token-embedding width and d_model (OPT-350m's project_in / project_out)."""
+
+    slot = "embeddings"
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__(d_in, d_out, bias=False)
+
+
 class Embeddings(nn.Module):
-    """Token embedding (optionally scaled by sqrt(d)) + positions (+ token types) (+ a norm, BERT) + dropout."""
+    """Token embedding (optionally scaled by sqrt(d)) (projected to d_model when ``model.embed_dim`` differs: OPT's
+    project_in) + positions (+ token types) (+ a norm, BERT) + dropout."""
 
     slot = "embeddings"
 
     def __init__(self, cfg: ModelConfig, token: TokenEmbedding | None = None):
         super().__init__()
         d = cfg.block.d_model
-        self.token = token if token is not None else TokenEmbedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        e = cfg.embed_dim or d
+        self.token = token if token is not None else TokenEmbedding(cfg.vocab_size, e, padding_idx=cfg.pad_id)
+        self.project_in = EmbeddingProjection(e, d) if e != d else None
         self.scale = math.sqrt(d) if cfg.embed_scale else 1.0
         self.position = nn.Embedding(cfg.max_seq_len, d) if cfg.positional == "learned" else None
         if cfg.positional == "sinusoidal":
@@ -66,6 +78,8 @@ class Embeddings(nn.Module):
         if offset + T > self.max_seq_len:
             raise ValueError(f"model.max_seq_len: sequence of {offset + T} tokens exceeds {self.max_seq_len}")
         x = self.token(tokens) * self.scale
+        if self.project_in is not None:
+            x = self.project_in(x)
         pos = positions_from_mask(None, T, offset, tokens.device) if positions is None else positions
         if self.position is not None:
             x = x + self.position(pos)
@@ -110,11 +124,15 @@ class Decoder(nn.Module):
         self.layers = BlockStack(cfg.block, cfg.n_decoder_layers, cross_attention, cfg.checkpoint, cfg.checkpoint_every)
         b = cfg.block
         self.final_norm = make_norm(b.norm, b.d_model, b.norm_eps, b.norm_bias, b.norm_impl) if cfg.use_final_norm else None
-        self.output = None if cfg.tie_output else OutputProjection(b.d_model, cfg.vocab_size)
+        e = cfg.embed_dim or b.d_model
+        self.project_out = EmbeddingProjection(b.d_model, e) if e != b.d_model else None  # OPT-350m's project_out
+        self.output = None if cfg.tie_output else OutputProjection(e, cfg.vocab_size)
 
     def logits(self, x):
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if self.project_out is not None:
+            x = self.project_out(x)
         if self.output is None:
             return x @ self.embed.token.weight.t()
         return self.output(x)
