@@ -21,7 +21,7 @@ ATOL = 2e-5
 
 
 def _save(model, folder, **kw):
-    model.save_pretrained(folder, safe_serialization=True, **kw)
+    model.save_pretrained(folder, **kw)  # transformers 5 writes model.safetensors by default
     return folder
 
 
@@ -123,8 +123,151 @@ def test_mistral_sharded_folder(tmp_path):
     assert (folder / "model.safetensors.index.json").exists()
     assert len(list(folder.glob("model-*.safetensors"))) > 1
     model, info = load_pretrained(folder)
-    assert info.family == "mistral" and any("sliding_window" in n for n in info.notes)
+    assert info.family == "mistral" and model.cfg.block.attn_window == 32 and not info.notes
     _compare_decoder(ref, model, torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(6)))
+
+
+def _compare_padded(ref, ours, tokens, mask, positions=True):
+    """Logits of the real tokens of a padded batch against transformers' (attention_mask = ~mask; with
+    ``positions`` HF gets the real-token position ids the suite's models use); returns the max |difference|."""
+    pos = ((~mask).long().cumsum(1) - 1).clamp_min(0) if positions else None
+    with torch.no_grad():
+        want = ref(input_ids=tokens, attention_mask=(~mask).long(), position_ids=pos).logits
+        got = ours(tokens, pad_mask=mask)
+    torch.testing.assert_close(got[~mask], want[~mask], atol=1e-5, rtol=0)
+    return float((got[~mask] - want[~mask]).abs().max())
+
+
+def _params_agree(ref, folder, info, extra_checkpoint_rows=0):
+    """The suite's parameter accounting (count_by_slot of the imported model, and count_folder's meta-device
+    build from config.json alone) against the folder's tensor elements and transformers' own count."""
+    counted = hf_import.count_folder(folder)
+    assert counted["slots"]["total"] == info.params["total"] == sum(p.numel() for p in ref.parameters()) \
+        - extra_checkpoint_rows
+    assert counted["checkpoint_params"] == info.checkpoint_params == info.params["total"] + extra_checkpoint_rows
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math", "triton"])
+def test_mistral_window_shorter_than_the_input_matches_transformers(tmp_path, backend):
+    """sliding_window = 4 with 13 tokens (left padding): transformers' banded mask, reproduced in every backend
+    (before issue 29 this folder loaded with full attention, 0.1 away, silently)."""
+    if backend == "triton" and not torch.cuda.is_available() and not K.interpreter_enabled():
+        pytest.skip("CPU kernels need the Triton interpreter (TRITON_INTERPRET=1); triton was imported before it")
+    cfg = transformers.MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                     sliding_window=4)
+    torch.manual_seed(16)
+    ref = transformers.MistralForCausalLM(cfg).eval()
+    folder = _save(ref, tmp_path / "mistral")
+    model, info = load_pretrained(folder, attention=backend)
+    assert model.cfg.block.attn_window == 4 and not info.notes
+    _params_agree(ref, folder, info)
+    tokens = torch.randint(0, 64, (2, 13), generator=torch.Generator().manual_seed(17))
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[1, :3] = True
+    assert _compare_padded(ref, model, tokens, mask) < 1e-5
+    if backend == "sdpa":
+        _compare_decoder(ref, model, tokens)
+        with torch.no_grad():  # cached decoding attends the last 4 keys
+            cache = model.decoder.new_cache()
+            steps = [model.decoder(tokens[:, :6], cache=cache)]
+            steps += [model.decoder(tokens[:, t:t + 1], cache=cache, offset=t) for t in range(6, 13)]
+            torch.testing.assert_close(torch.cat(steps, 1), model(tokens), atol=1e-5, rtol=0)
+
+
+def _qwen2(tmp_path, name, seed, **over):
+    cfg = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    cfg.update(over)
+    torch.manual_seed(seed)
+    ref = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**cfg)).eval()
+    return ref, _save(ref, tmp_path / name)
+
+
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_qwen2_matches_transformers(tmp_path, tie):
+    """Qwen2 = Llama with q/k/v biases (no o_proj / MLP bias), its rope theta (10^6), tied or untied head."""
+    ref, folder = _qwen2(tmp_path, "qwen2", 18, tie_word_embeddings=tie)
+    model, info = load_pretrained(folder)
+    b = model.cfg.block
+    assert info.family == "qwen2" and b.rope_base == 1e6 and b.attn_window is None and model.cfg.tie_output == tie
+    attn = model.decoder.layers.layers[0].self_attn
+    assert attn.q_proj.bias is not None and attn.out_proj.bias is None
+    assert model.decoder.layers.layers[0].ffn.w1.bias is None
+    _params_agree(ref, folder, info)
+    tokens = torch.randint(0, 64, (2, 11), generator=torch.Generator().manual_seed(19))
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[0, :4] = True
+    assert _compare_padded(ref, model, tokens, mask) < 1e-5
+    _compare_decoder(ref, model, tokens)
+
+
+def test_qwen2_sliding_window_on_every_layer_or_refused(tmp_path):
+    ref, folder = _qwen2(tmp_path, "all", 20, use_sliding_window=True, sliding_window=3, max_window_layers=0)
+    model, _ = load_pretrained(folder)
+    assert model.cfg.block.attn_window == 3
+    tokens = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(21))
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[1, :2] = True
+    assert _compare_padded(ref, model, tokens, mask) < 1e-5
+    _, folder = _qwen2(tmp_path, "mixed", 20, use_sliding_window=True, sliding_window=3, max_window_layers=1)
+    with pytest.raises(HFImportError, match="layer_types.*some layers only"):
+        load_pretrained(folder)
+    # a transformers 4 file (no layer_types): max_window_layers decides the same way
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["layer_types"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(HFImportError, match="max_window_layers.*some layers only"):
+        load_pretrained(folder)
+
+
+def test_llama_attention_and_mlp_bias(tmp_path):
+    ref, folder = _llama(tmp_path, "bias", attention_bias=True, mlp_bias=True, num_hidden_layers=2)
+    model, info = load_pretrained(folder)
+    layer = model.decoder.layers.layers[0]
+    assert layer.self_attn.out_proj.bias is not None and layer.ffn.w2.bias is not None
+    _params_agree(ref, folder, info)
+    tokens = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(22))
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[0, 7:] = True  # right padding
+    assert _compare_padded(ref, model, tokens, mask) < 1e-5
+
+
+def test_opt_350m_project_in_out_post_ln(tmp_path):
+    """OPT-350m's layout: word_embed_proj_dim (16) != hidden_size (32): bias-free project_in / project_out, Post-LN
+    (do_layer_norm_before=false) and then no final LayerNorm, as transformers' OPTDecoder."""
+    cfg = transformers.OPTConfig(vocab_size=64, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+                                 max_position_embeddings=32, word_embed_proj_dim=16, do_layer_norm_before=False,
+                                 pad_token_id=1)
+    torch.manual_seed(23)
+    ref = transformers.OPTForCausalLM(cfg).eval()
+    folder = _save(ref, tmp_path / "opt350")
+    model, info = load_pretrained(folder)
+    assert model.cfg.embed_dim == 16 and model.cfg.block.norm_position == "post" and model.decoder.final_norm is None
+    assert model.decoder.embed.project_in.weight.shape == (32, 16)
+    _params_agree(ref, folder, info, extra_checkpoint_rows=2 * 32)  # OPT's 2 offset position rows
+    tokens = torch.randint(2, 64, (2, 11), generator=torch.Generator().manual_seed(24))
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[0, :3] = True
+    tokens[mask] = 1
+    assert _compare_padded(ref, model, tokens, mask, positions=False) < 1e-5  # OPT derives positions from the mask
+
+
+def test_gpt2_scale_attn_by_inverse_layer_idx(tmp_path):
+    cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=3, n_head=4,
+                                  scale_attn_by_inverse_layer_idx=True)
+    torch.manual_seed(25)
+    ref = transformers.GPT2LMHeadModel(cfg).eval()
+    folder = _save(ref, tmp_path / "gpt2")
+    model, info = load_pretrained(folder)
+    assert [b.self_attn.scale for b in model.decoder.layers.layers] == pytest.approx([8 ** -0.5 / (i + 1) for i in range(3)])
+    _params_agree(ref, folder, info)
+    tokens = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(26))
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[1, 6:] = True  # right padding
+    assert _compare_padded(ref, model, tokens, mask, positions=False) < 1e-5
+    _compare_decoder(ref, model, tokens)
 
 
 def test_gpt2_matches_transformers(tmp_path):

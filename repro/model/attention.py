@@ -97,6 +97,8 @@ def math_attention(q, k, v, *, causal: bool = False, key_padding_mask=None, drop
     if causal:
         scores = scores.masked_fill(~causal_band(Tq, window, q.device), float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    if key_padding_mask is not None:  # a row with every key masked (a left pad under causal): 0, not NaN, as sdpa
+        probs = probs.masked_fill(torch.isneginf(scores).all(-1, keepdim=True), 0.0)
     if dropout_p > 0:
         probs = F.dropout(probs, p=dropout_p, training=True)
     return torch.matmul(probs, v)

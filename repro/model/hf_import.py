@@ -10,26 +10,33 @@ Entry point::
 
     model, info = load_pretrained("path/to/folder", dtype=torch.float32, device="cpu")
 
-``model`` is the suite's ``DecoderLM`` (Llama, Mistral, OPT, GPT-2) or ``EncoderModel`` (BERT, with its pooler),
+``model`` is the suite's ``DecoderLM`` (Llama, Mistral, Qwen2, OPT, GPT-2) or ``EncoderModel`` (BERT, with its pooler),
 in eval mode; ``info`` (:class:`HFImport`) names the family, the architecture, the suite's ``ModelConfig``, the
 tensors left unused (task heads such as BERT's MLM or classifier) and the parameter totals (the suite's count and
 the checkpoint's own).
 
 Families and their mapping onto the block:
 
-* ``llama`` / ``mistral``: Pre-RMSNorm, SwiGLU without biases, rotary positions (rotate-half, ``rope_theta`` and
-  ``rope_scaling`` linear / llama3), grouped-query attention (``num_key_value_heads``), untied or tied head.
-  Mistral's sliding window is recorded; attention here is full, which equals it for sequences no longer than
-  the window.
-* ``gpt2``: Pre-LN, learned positions, tanh GELU (``gelu_new``), fused ``c_attn`` split into q/k/v; GPT-2's
-  Conv1D weights are stored transposed.
-* ``opt``: Pre-LN (``do_layer_norm_before``) or Post-LN (OPT-350m), ReLU, learned positions stored with an offset
-  of 2 rows (positions count real tokens from the attention mask, as the suite's models do).
+* ``llama`` / ``mistral`` / ``qwen2``: Pre-RMSNorm, SwiGLU, rotary positions (rotate-half, ``rope_theta`` and
+  ``rope_scaling`` linear / llama3), grouped-query attention (``num_key_value_heads``), untied or tied head;
+  Llama's ``attention_bias`` (q/k/v/o biases) and ``mlp_bias``; Qwen2's q/k/v biases.  Mistral's
+  ``sliding_window`` (and Qwen2's, with ``use_sliding_window`` on every layer) is the block's ``attn_window``:
+  banded causal attention in every backend, exact at any length (Jiang et al. 2023).  A window on some layers
+  only is refused.
+* ``gpt2``: Pre-LN, learned positions, tanh GELU (``gelu_new``), fused ``c_attn`` split into q/k/v (GPT-2's
+  Conv1D weights are stored transposed); ``scale_attn_by_inverse_layer_idx`` divides block l's scores by l + 1.
+* ``opt``: Pre-LN (``do_layer_norm_before``) or Post-LN without a final norm (OPT-350m), ReLU, learned positions
+  stored with an offset of 2 rows (positions count real tokens from the attention mask, as the suite's models
+  do); ``word_embed_proj_dim != hidden_size`` (OPT-350m) gives the bias-free ``project_in`` / ``project_out``.
 * ``bert``: Post-LN, exact GELU, embedding LayerNorm, token types, learned positions, pooler (dense + tanh), and
   for ``BertForSequenceClassification`` its classifier (``EncoderModel.classify``).
 
-Anything else (another ``model_type``, a feature the block cannot express such as OPT's ``project_in``, a missing
-tensor, an unexpected one, a shape mismatch) raises :class:`HFImportError` naming it.
+Anything else (another ``model_type``, a feature the block cannot express, a missing tensor, an unexpected one, a
+shape mismatch) raises :class:`HFImportError` naming it.  The rule (tests/test_hf_import_keys.py): every
+config.json key read here either changes the model built (and the tests match transformers' logits in fp32) or
+refuses unsupported values by name; none is read only into ``notes``, so nothing is silently approximated.
+Config keys are read with literal names (``cfg.get("key")``, ``cfg["key"]``, ``_req(cfg, "key", ...)``) so the
+rule's test can list them.
 """
 from __future__ import annotations
 
@@ -51,7 +58,7 @@ from .params import active_parameters, count_by_slot
 
 log = logging.getLogger("repro.model")
 
-FAMILIES = ("llama", "mistral", "gpt2", "opt", "bert")
+FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "opt", "bert")
 # task heads the suite does not model: their tensors are reported in HFImport.unused, not an error
 HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "score.")
 
@@ -107,7 +114,8 @@ def weight_files(folder: Path) -> dict[str, Path]:
             return {k: single for k in f.keys()}
     pickled = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
     hint = (f"; {', '.join(pickled)} would need unpickling, which is refused: convert it to safetensors "
-            "(save_pretrained(..., safe_serialization=True))") if pickled else ""
+            "(transformers: AutoModel.from_pretrained(folder).save_pretrained(folder), which writes "
+            "model.safetensors by default)") if pickled else ""
     raise HFImportError(f"{folder}: no model.safetensors or model.safetensors.index.json{hint}")
 
 
@@ -173,51 +181,92 @@ def _rope(cfg: Mapping, path: Path) -> tuple[float, dict | None]:
 
 
 # ------------------------------------------------------------------------------------------------------- families
+def _llama_window(cfg: Mapping, path: Path) -> int | None:
+    """The sliding window of a Llama-family folder, the same for every block, or None (full causal attention).
+
+    Mistral: ``sliding_window`` (null: none) on every layer, as transformers' MistralModel.  Qwen2: only with
+    ``use_sliding_window``, on the layers ``layer_types`` marks "sliding_attention" (transformers 5; from
+    ``max_window_layers`` in older files: layers at or past it).  Llama reads no window.  A window on some layers
+    only is refused: the block has one window for all of them, and full attention there would be an approximation.
+    """
+    family = cfg["model_type"]
+    if family == "llama":
+        return None
+    window = cfg.get("sliding_window")
+    if family == "qwen2" and not cfg.get("use_sliding_window", False):
+        return None
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise HFImportError(f"{path}: sliding_window={window!r} is not a positive integer")
+    if family == "qwen2":
+        n_layers = int(_req(cfg, "num_hidden_layers", path.parent))
+        types = cfg.get("layer_types") or ["sliding_attention" if i >= int(cfg.get("max_window_layers", 28))
+                                           else "full_attention" for i in range(n_layers)]
+        unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+        if unknown:
+            raise HFImportError(f"{path}: layer_types {unknown} are not supported (full_attention, sliding_attention)")
+        if len(set(types)) > 1:
+            raise HFImportError(f"{path}: layer_types / max_window_layers give a sliding window on some layers only "
+                                f"({types.count('sliding_attention')} of {len(types)}); the block has one window for "
+                                "every layer, so this folder is refused rather than approximated")
+        if types[0] == "full_attention":
+            return None
+    return window
+
+
+def _llama_mapping(n: int, attn_bias: bool, qkv_bias: bool, mlp_bias: bool) -> dict[str, str]:
+    p = f"model.layers.{n}"
+    out = {}
+    for src, dst, bias in (("self_attn.q_proj", "self_attn.q_proj", qkv_bias),
+                           ("self_attn.k_proj", "self_attn.k_proj", qkv_bias),
+                           ("self_attn.v_proj", "self_attn.v_proj", qkv_bias),
+                           ("self_attn.o_proj", "self_attn.out_proj", attn_bias),
+                           ("mlp.gate_proj", "ffn.w1", mlp_bias), ("mlp.up_proj", "ffn.w3", mlp_bias),
+                           ("mlp.down_proj", "ffn.w2", mlp_bias)):
+        out[f"{p}.{src}.weight"] = f"{dst}.weight"
+        if bias:
+            out[f"{p}.{src}.bias"] = f"{dst}.bias"
+    out[f"{p}.input_layernorm.weight"] = "norm_self.weight"
+    out[f"{p}.post_attention_layernorm.weight"] = "norm_ffn.weight"
+    return out
+
+
 def _llama(cfg: Mapping, folder: Path):
+    """Llama, Mistral and Qwen2 (Llama with q/k/v biases): Pre-RMSNorm, SwiGLU, rotary positions, GQA."""
     path = folder / "config.json"
+    family = cfg["model_type"]
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
-        raise HFImportError(f"{path}: hidden_act={act!r} is not supported for {cfg['model_type']} (silu: SwiGLU)")
-    attn_bias, mlp_bias = bool(cfg.get("attention_bias", False)), bool(cfg.get("mlp_bias", False))
-    if attn_bias or mlp_bias:
-        raise HFImportError(f"{path}: attention_bias/mlp_bias=true is not supported (the block's Llama has no biases)")
+        raise HFImportError(f"{path}: hidden_act={act!r} is not supported for {family} (silu: SwiGLU)")
+    if family == "qwen2":  # transformers' Qwen2Attention: q/k/v with biases, o_proj without; MLP without
+        attn_bias, qkv_bias, mlp_bias = False, True, False
+    else:  # LlamaConfig's attention_bias (q, k, v and o) and mlp_bias (gate, up, down)
+        attn_bias, mlp_bias = bool(cfg.get("attention_bias", False)), bool(cfg.get("mlp_bias", False))
+        qkv_bias = attn_bias
     d, H = _req(cfg, "hidden_size", folder), _req(cfg, "num_attention_heads", folder)
     theta, scaling = _rope(cfg, path)
     head_dim = cfg.get("head_dim") or d // H
     if cfg.get("partial_rotary_factor", 1.0) not in (None, 1, 1.0):
-        raise HFImportError(f"{path}: partial_rotary_factor={cfg['partial_rotary_factor']} is not supported for "
-                            f"{cfg['model_type']}")
+        raise HFImportError(f"{path}: partial_rotary_factor={cfg.get('partial_rotary_factor')} is not supported for "
+                            f"{family}")
     block = BlockConfig(d_model=d, n_heads=H, n_kv_heads=cfg.get("num_key_value_heads") or H,
                         head_dim=head_dim if head_dim != d // H or d % H else None,
                         d_ff=_req(cfg, "intermediate_size", folder), norm="rmsnorm", norm_position="pre",
                         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), attention="sdpa", ffn="swiglu", bias=False,
-                        rope=True, rope_base=theta, rope_scaling=scaling)
+                        qkv_bias=qkv_bias, out_bias=attn_bias, ffn_bias=mlp_bias,
+                        rope=True, rope_base=theta, rope_scaling=scaling, attn_window=_llama_window(cfg, path))
     tie = bool(cfg.get("tie_word_embeddings", False))
     mcfg = ModelConfig(block=block, vocab_size=_req(cfg, "vocab_size", folder), n_encoder_layers=0,
                        n_decoder_layers=_req(cfg, "num_hidden_layers", folder),
                        max_seq_len=int(cfg.get("max_position_embeddings", 4096)), positional="none",
                        embed_scale=False, tie_output=tie, final_norm=True, pad_id=_pad(cfg))
-    notes = []
-    if cfg.get("sliding_window"):
-        notes.append(f"sliding_window={cfg['sliding_window']}: attention here is full, identical for sequences "
-                     "of at most that many tokens")
-
-    def mapping(n: int) -> dict[str, str]:
-        p = f"model.layers.{n}"
-        return {f"{p}.self_attn.q_proj.weight": "self_attn.q_proj.weight",
-                f"{p}.self_attn.k_proj.weight": "self_attn.k_proj.weight",
-                f"{p}.self_attn.v_proj.weight": "self_attn.v_proj.weight",
-                f"{p}.self_attn.o_proj.weight": "self_attn.out_proj.weight",
-                f"{p}.mlp.gate_proj.weight": "ffn.w1.weight", f"{p}.mlp.up_proj.weight": "ffn.w3.weight",
-                f"{p}.mlp.down_proj.weight": "ffn.w2.weight",
-                f"{p}.input_layernorm.weight": "norm_self.weight",
-                f"{p}.post_attention_layernorm.weight": "norm_ffn.weight"}
-
     top = {"model.embed_tokens.weight": "decoder.embed.token.weight", "model.norm.weight": "decoder.final_norm.weight"}
     if not tie:
         top["lm_head.weight"] = "decoder.output.weight"
     ignore = ("rotary_emb.inv_freq",) + (("lm_head.weight",) if tie else ())
-    return "decoder_lm", mcfg, top, _per_layer(mapping, mcfg.n_decoder_layers, "decoder"), {}, ignore, notes
+    layers = _per_layer(lambda n: _llama_mapping(n, attn_bias, qkv_bias, mlp_bias), mcfg.n_decoder_layers, "decoder")
+    return "decoder_lm", mcfg, top, layers, {}, ignore, []
 
 
 def _gpt2(cfg: Mapping, folder: Path):
@@ -226,15 +275,17 @@ def _gpt2(cfg: Mapping, folder: Path):
     act = cfg.get("activation_function", "gelu_new")
     if act not in acts:
         raise HFImportError(f"{path}: activation_function={act!r} is not supported ({', '.join(acts)})")
-    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
-        if cfg.get(key):
-            raise HFImportError(f"{path}: {key}=true is not supported")
+    if cfg.get("add_cross_attention"):
+        raise HFImportError(f"{path}: add_cross_attention=true is not supported (GPT-2 as a decoder of an "
+                            "encoder-decoder)")
     if cfg.get("scale_attn_weights") is False:
         raise HFImportError(f"{path}: scale_attn_weights=false is not supported")
     d, L = _req(cfg, "n_embd", folder), _req(cfg, "n_layer", folder)
+    # scale_attn_by_inverse_layer_idx: block l's scores also divided by l + 1 (transformers' GPT2Attention.scaling)
     block = BlockConfig(d_model=d, n_heads=_req(cfg, "n_head", folder), d_ff=cfg.get("n_inner") or 4 * d,
                         norm="layernorm", norm_position="pre", norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
-                        attention="sdpa", ffn=acts[act], bias=True)
+                        attention="sdpa", ffn=acts[act], bias=True,
+                        attn_scale_by_layer=bool(cfg.get("scale_attn_by_inverse_layer_idx", False)))
     tie = bool(cfg.get("tie_word_embeddings", True))
     mcfg = ModelConfig(block=block, vocab_size=_req(cfg, "vocab_size", folder), n_encoder_layers=0,
                        n_decoder_layers=L, max_seq_len=int(_req(cfg, "n_positions", folder)), positional="learned",
@@ -263,9 +314,9 @@ def _gpt2(cfg: Mapping, folder: Path):
 def _opt(cfg: Mapping, folder: Path):
     path = folder / "config.json"
     d = _req(cfg, "hidden_size", folder)
-    if cfg.get("word_embed_proj_dim", d) != d:
-        raise HFImportError(f"{path}: word_embed_proj_dim={cfg['word_embed_proj_dim']} differs from hidden_size={d} "
-                            "(OPT's project_in/project_out are not supported)")
+    # word_embed_proj_dim != hidden_size (OPT-350m: 512 vs 1024): embeddings of that width, project_in before the
+    # positions are added and project_out after the last layer (model.embed_dim)
+    embed_dim = int(cfg.get("word_embed_proj_dim") or d)
     act = cfg.get("activation_function", "relu")
     if act not in ("relu", "gelu"):
         raise HFImportError(f"{path}: activation_function={act!r} is not supported (relu, gelu)")
@@ -280,7 +331,8 @@ def _opt(cfg: Mapping, folder: Path):
     tie = bool(cfg.get("tie_word_embeddings", True))
     mcfg = ModelConfig(block=block, vocab_size=_req(cfg, "vocab_size", folder), n_encoder_layers=0,
                        n_decoder_layers=L, max_seq_len=int(_req(cfg, "max_position_embeddings", folder)),
-                       positional="learned", embed_scale=False, tie_output=tie, final_norm=final, pad_id=_pad(cfg))
+                       positional="learned", embed_scale=False, tie_output=tie, final_norm=final, pad_id=_pad(cfg),
+                       embed_dim=embed_dim if embed_dim != d else None)
     pre = "model.decoder."
 
     def mapping(n: int) -> dict[str, str]:
@@ -300,6 +352,9 @@ def _opt(cfg: Mapping, folder: Path):
     if final:
         top.update({f"{pre}final_layer_norm.weight": "decoder.final_norm.weight",
                     f"{pre}final_layer_norm.bias": "decoder.final_norm.bias"})
+    if embed_dim != d:
+        top.update({f"{pre}project_in.weight": "decoder.embed.project_in.weight",
+                    f"{pre}project_out.weight": "decoder.project_out.weight"})
     if not tie:
         top["lm_head.weight"] = "decoder.output.weight"
     ignore = ("lm_head.weight",) if tie else ()
@@ -381,7 +436,7 @@ def _split_qkv_bias(b: torch.Tensor) -> list[torch.Tensor]:
     return list(b.chunk(3))
 
 
-BUILDERS = {"llama": _llama, "mistral": _llama, "gpt2": _gpt2, "opt": _opt, "bert": _bert}
+BUILDERS = {"llama": _llama, "mistral": _llama, "qwen2": _llama, "gpt2": _gpt2, "opt": _opt, "bert": _bert}
 
 
 # ------------------------------------------------------------------------------------------------------ loading
