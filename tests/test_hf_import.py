@@ -414,3 +414,24 @@ def test_dtype_and_device_arguments(tmp_path):
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     with torch.no_grad():
         assert model(torch.randint(0, 64, (1, 5))).dtype == torch.bfloat16
+
+
+def test_qwen2_7b_parameter_count_against_the_registry():
+    """Qwen2-7B's released config through the importer on the meta device: 7,615,616,512 parameters (untied), the
+    exact count the registry notes beside the published 7.07B (which counts the 152064 x 3584 embedding once)."""
+    from pathlib import Path
+
+    from repro import registry
+    from repro.model import DecoderLM, count_by_slot
+
+    cfg = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=131072,
+               rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, use_sliding_window=False,
+               sliding_window=131072, max_window_layers=28, hidden_act="silu")
+    mcfg = hf_import.BUILDERS["qwen2"](cfg, Path("Qwen2-7B"))[1]
+    with torch.device("meta"):
+        total = count_by_slot(DecoderLM(mcfg))["total"]
+    assert total == 7_615_616_512
+    rec = registry.published("param_accounting", "qwen2_7b_total_params")
+    assert rec["value"] == 7.07e9 and not rec["exact"] and "7,615,616,512" in rec["note"]
+    assert total - 152064 * 3584 == pytest.approx(rec["value"], rel=1e-3)
