@@ -7,8 +7,13 @@
 # 1. prints the device fingerprint (GPU, driver, CUDA, torch, triton, python, CPU) and nvidia-smi;
 # 2. runs the kernel tests on CUDA (the same parametrised tests as on CPU, marker `cuda`);
 # 3. runs the benchmark sweeps (python -m repro.bench.kernels), which measure copy bandwidth and
-#    write OUT_DIR/kernels.csv with the issue's targets as derived rows (op == "target").
-# Sized for ~8 minutes on an H100/H200: tests <= 200 s and sweeps <= 330 s by timeout (a cut-off sweep
+#    write OUT_DIR/kernels.csv with the issue's targets as derived rows (op == "target"); the attention
+#    sweep includes a sliding-window case (seq 4096, window 1024, bf16, column `window`; issue 29) after
+#    the dense seq-4096 cases, with the target attention_window_fwd_speedup_vs_causal (triton windowed
+#    forward vs its own full causal forward: the skipped key tiles must show, >= 1.5x). The CUDA
+#    kernel tests of step 2 include the windowed forward/backward cases.
+# Sized for ~8 minutes on an H100/H200 (the window case adds ~6 short cases, seconds): tests <= 200 s and
+# sweeps <= 330 s by timeout (a cut-off sweep
 # keeps every case it finished: the CSV is rewritten after each case and the targets are still derived).
 # Needs no snakemake; torch + triton (3.6-3.9) + pytest + pandas. Exit status: non-zero if a step failed.
 set -uo pipefail

@@ -134,3 +134,26 @@ def test_separate_biases_and_embedding_projections():
     assert n == 40 * 12 - 40 * 32 + 2 * 12 * 32
     with torch.no_grad():
         assert proj(torch.randint(0, 40, (2, 5))).shape == (2, 5, 40)
+
+
+def test_kernel_sweep_times_the_window_case():
+    """repro.bench.kernels: a (seq_len, window) pair adds causal windowed rows (math and sdpa timed on CPU, SDPA's
+    flash backend skipped by reason, triton skipped on CPU), FLOPs over the band's visible pairs."""
+    from repro.bench import kernels as bk
+
+    assert bk.attention_flops(1, 1, 10, 10, 16, True, "fwd", window=4) == 4.0 * 16 * (4 * 5 / 2 + 6 * 4)
+    assert bk.attention_flops(1, 1, 10, 10, 16, True, "fwd", window=10) == bk.attention_flops(1, 1, 10, 10, 16, True, "fwd")
+    rows = bk.run_attention_sweep(dict(seq_lens=(48,), head_dims=(16,), heads=2, tokens=48, causal=(True,),
+                                       windows=((48, 8),), passes=("fwd",), reps=2, warmup=1, device="cpu",
+                                       providers=("math", "sdpa", "sdpa_flash", "triton")), log=lambda s: None)
+    win = {r["provider"]: r for r in rows if r["window"] == 8}
+    assert win["math"]["status"] == win["sdpa"]["status"] == "ok" and win["sdpa"]["causal"] is True
+    assert win["sdpa_flash"]["status"] == "skipped" and "band" in win["sdpa_flash"]["reason"]
+    assert win["triton"]["status"] == "skipped"
+    assert {r["window"] for r in rows} == {None, 8}
+    fake = [dict(r, status="ok", median_ms=m, seq_len=4096, head_dim=128, dtype="bfloat16", provider="triton")
+            for r, m in ((win["math"], 1.0), (next(r for r in rows if r["window"] is None), 2.0))]
+    fake[0]["window"] = 1024
+    (target,) = bk._window_targets(lambda **kv: next((r for r in fake if all(r.get(k) == v for k, v in kv.items())),
+                                                     None))
+    assert target["metric"] == "attention_window_fwd_speedup_vs_causal" and target["value"] == 2.0 and target["met"]

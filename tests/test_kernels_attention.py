@@ -280,6 +280,16 @@ def test_gpu_sizes_default_tiles(causal, head_dim):
     _check(q, k, v, torch.bfloat16, None, causal=causal)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("window", [1, 300])
+def test_gpu_window_default_tiles(window):
+    """The sliding window with the GPU tiles (128x64 forward, 32x128 / 128x32 backward): band edges inside
+    and across tiles, a tail (1000). CUDA only (the interpreter covers the same code at small tiles)."""
+    _skip_unless_runnable("cuda")
+    q, k, v = _inputs("cuda", torch.bfloat16, 2, 4, 2, 1000, 1000, 128, seed=9)
+    _check(q, k, v, torch.bfloat16, None, causal=True, window=window)
+
+
 def test_kernels_compile_for_hopper():
     """Ahead-of-time compile (PTX + cubin via Triton's bundled ptxas, no GPU needed) of the Hopper
     launch configuration: catches GPU-only compile errors the interpreter cannot see."""

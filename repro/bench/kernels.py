@@ -38,7 +38,7 @@ from repro.bench.fingerprint import fingerprint
 from repro.bench.memory import peak_memory
 from repro.bench.records import atomic_write_json, atomic_write_text
 from repro.bench.timing import flush_l2, paired_ratios, summarize, time_interleaved
-from repro.model.attention import math_attention
+from repro.model.attention import causal_band, math_attention
 from repro.model.norms import layer_norm_manual, rms_norm_manual
 
 NORM_OPS = ("rmsnorm", "layernorm")
@@ -49,7 +49,7 @@ PASSES_ATTN = ("fwd", "bwd", "fwd_bwd")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 COLUMNS = ["op", "provider", "dtype", "pass", "rows", "hidden", "batch", "heads", "seq_len", "head_dim", "causal",
            "median_ms", "iqr_ms", "n", "baseline", "ratio_to_baseline", "gbps", "tflops", "peak_mb", "status",
-           "reason", "metric", "value", "value_iqr", "target", "met", "device", "hardware_id"]
+           "reason", "metric", "value", "value_iqr", "target", "met", "device", "hardware_id", "window"]
 INTERPRETER_REASON = "Triton interpreter on CPU is a correctness path, not a speed path"
 
 
@@ -74,7 +74,10 @@ class AttentionSweep:
     """Attention benchmark: providers x sequence lengths x head dims x causal x dtypes x passes.
 
     batch = max(1, tokens // seq_len) unless ``batch`` is given (FlashAttention's benchmark keeps
-    batch * seq fixed, so every sequence length does the same work per token)."""
+    batch * seq fixed, so every sequence length does the same work per token). ``windows``: (seq_len,
+    window) pairs also timed causal with a sliding window (Mistral's; FlashAttention-2's window_size),
+    at every head dim, after that sequence length's dense cases; SDPA's flash / cuDNN backends take no
+    band mask and are skipped there."""
     providers: tuple = ATTN_PROVIDERS
     seq_lens: tuple = (512, 1024, 2048)
     head_dims: tuple = (64,)
@@ -83,6 +86,7 @@ class AttentionSweep:
     batch: int | None = None
     dtypes: tuple = ("float32",)
     causal: tuple = (False, True)
+    windows: tuple = ()
     passes: tuple = PASSES_ATTN
     reps: int = 10
     warmup: int = 2
@@ -127,12 +131,12 @@ def preset(device: str, quick: bool) -> tuple[NormSweep, AttentionSweep]:
         if quick:
             return (NormSweep(hidden=(4096, 8192), rows=16384, dtypes=("bfloat16",), reps=30, device=device),
                     AttentionSweep(seq_lens=(1024, 4096), head_dims=(128,), heads=16, tokens=16384,
-                                   dtypes=("bfloat16",), reps=10, device=device))
+                                   dtypes=("bfloat16",), windows=((4096, 1024),), reps=10, device=device))
         # bf16 only: every extra dtype costs torch.compile several recompiles (~10-20 s each).
         return (NormSweep(hidden=(1024, 2048, 4096, 8192, 11008), rows=16384, dtypes=("bfloat16",),
                           reps=50, device=device),
                 AttentionSweep(seq_lens=(1024, 2048, 4096, 8192), head_dims=(64, 128), heads=16,
-                               tokens=16384, dtypes=("bfloat16",), reps=20, device=device))
+                               tokens=16384, dtypes=("bfloat16",), windows=((4096, 1024),), reps=20, device=device))
     if quick:
         return (NormSweep(hidden=(1024, 4096), rows=512, reps=10, device=device),
                 AttentionSweep(seq_lens=(128, 256), head_dims=(64,), heads=4, tokens=512, reps=5, device=device))
@@ -164,13 +168,16 @@ def norm_bytes(op: str, rows: int, hidden: int, dtype: torch.dtype, pass_: str) 
     return {"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[pass_]
 
 
-def attention_flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool, pass_: str) -> float:
+def attention_flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool, pass_: str,
+                    window: int | None = None) -> float:
     """Matmul FLOPs of exact attention (FlashAttention's benchmark convention, softmax not counted).
 
     fwd: QK^T and PV, 2 * 2 * pairs * head_dim per head, pairs = seq_q * seq_k, or the visible
-    pairs seq*(seq+1)/2 when causal. bwd: 5 matmuls (recomputed S, dV, dP, dQ, dK) = 2.5 x fwd.
-    fwd_bwd = 3.5 x fwd."""
+    pairs seq*(seq+1)/2 when causal, or sum_i min(i + 1, window) with a sliding window. bwd: 5 matmuls
+    (recomputed S, dV, dP, dQ, dK) = 2.5 x fwd. fwd_bwd = 3.5 x fwd."""
     pairs = seq_q * (seq_q + 1) / 2 if causal else seq_q * seq_k
+    if causal and window is not None and window < seq_q:
+        pairs = window * (window + 1) / 2 + (seq_q - window) * window
     fwd = 4.0 * batch * heads * pairs * head_dim
     return {"fwd": fwd, "bwd": 2.5 * fwd, "fwd_bwd": 3.5 * fwd}[pass_]
 
@@ -208,26 +215,31 @@ def _norm_fn(op: str, provider: str) -> Callable:
     raise ValueError(f"unknown norm provider {provider!r}")
 
 
-def _attn_fn(provider: str, causal: bool) -> Callable:
+def _attn_fn(provider: str, causal: bool, window: int | None = None, band=None) -> Callable:
+    """``window``: sliding-window causal attention; SDPA gets it as ``band``, the (N, N) boolean mask built
+    once per case (True = attend)."""
     if provider == "math":
-        return lambda q, k, v: math_attention(q, k, v, causal=causal)
+        return lambda q, k, v: math_attention(q, k, v, causal=causal, window=window)
     if provider.startswith("sdpa"):
         backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
                    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}.get(provider)
+        kw = dict(is_causal=causal) if window is None else dict(attn_mask=band)
 
         def run(q, k, v):
             if backend is None:
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, **kw)
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, **kw)
         return run
     if provider == "triton":
         from repro.kernels import flash_attention  # lazy: triton
-        return lambda q, k, v: flash_attention(q, k, v, causal=causal)
+        return lambda q, k, v: flash_attention(q, k, v, causal=causal, window=window)
     raise ValueError(f"unknown attention provider {provider!r}")
 
 
-def _skip_reason(provider: str, device: torch.device) -> str | None:
+def _skip_reason(provider: str, device: torch.device, window: int | None = None) -> str | None:
+    if window is not None and provider in ("sdpa_flash", "sdpa_cudnn"):
+        return f"{provider} takes no sliding-window (band) mask"
     if provider == "triton":
         if device.type != "cuda":
             return INTERPRETER_REASON
@@ -361,8 +373,39 @@ def _no_grad(fn, *args):
         return fn(*args)
 
 
+def _attention_case(sweep, device, q, k, v, do, causal, window, pass_, dtype_name) -> list[dict]:
+    """One (shape, causal, window, pass) case: every provider timed interleaved; its rows."""
+    batch, h, n, d = q.shape
+    skipped = {p: r for p in sweep.providers if (r := _skip_reason(p, device, window))}
+    band = causal_band(n, window, device) if window is not None else None
+    calls, errors_pre = {}, {}
+    for p in sweep.providers:
+        if p in skipped:
+            continue
+        fn = _attn_fn(p, causal, window, band)
+        if pass_ == "fwd":
+            calls[p] = (lambda fn=fn: _no_grad(fn, q, k, v))
+        elif pass_ == "fwd_bwd":
+            calls[p] = (lambda fn=fn: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+        else:
+            try:
+                o = fn(q, k, v)
+                calls[p] = (lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+            except Exception as e:  # recorded like any other refusal
+                errors_pre[p] = ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    samples, errors = _measure(calls, sweep, device)
+    errors.update(errors_pre)
+    peaks = {p: _peak_mb(calls[p], device) for p in samples}
+    calls.clear()  # drop retained graphs before the next case
+    flops = attention_flops(batch, h, n, n, d, causal, pass_, window)
+    common = dict(op="attention", dtype=dtype_name, batch=batch, heads=h, seq_len=n, head_dim=d, causal=causal,
+                  window=window, device=device.type, **{"pass": pass_})
+    return _rows_for(samples, errors, skipped, "sdpa", common, lambda sec: {"tflops": flops / sec / 1e12}, peaks)
+
+
 def run_attention_sweep(cfg=None, *, log=print, on_rows=None) -> list[dict]:
-    """Time every (seq_len, head_dim, causal, dtype, pass) case for each provider; rows in long format.
+    """Time every (seq_len, head_dim, causal, dtype, pass) case for each provider, then the sliding-window cases
+    of ``windows`` at that length; rows in long format.
 
     ``bwd`` times torch.autograd.grad on a retained forward graph; ``ratio_to_baseline`` is
     provider / ``sdpa`` (PyTorch's default backend choice)."""
@@ -379,33 +422,10 @@ def run_attention_sweep(cfg=None, *, log=print, on_rows=None) -> list[dict]:
                 q, k, v = (torch.randn(batch, h, n, d, generator=g).to(device=device, dtype=dtype).requires_grad_(True)
                            for _ in range(3))
                 do = torch.randn(batch, h, n, d, generator=g).to(device=device, dtype=dtype)
-                for causal in sweep.causal:
+                cases = [(c, None) for c in sweep.causal] + [(True, int(w)) for sn, w in sweep.windows if sn == n]
+                for causal, window in cases:
                     for pass_ in sweep.passes:
-                        skipped = {p: r for p in sweep.providers if (r := _skip_reason(p, device))}
-                        calls, errors_pre = {}, {}
-                        for p in sweep.providers:
-                            if p in skipped:
-                                continue
-                            fn = _attn_fn(p, causal)
-                            if pass_ == "fwd":
-                                calls[p] = (lambda fn=fn: _no_grad(fn, q, k, v))
-                            elif pass_ == "fwd_bwd":
-                                calls[p] = (lambda fn=fn: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
-                            else:
-                                try:
-                                    o = fn(q, k, v)
-                                    calls[p] = (lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
-                                except Exception as e:  # recorded like any other refusal
-                                    errors_pre[p] = ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
-                        samples, errors = _measure(calls, sweep, device)
-                        errors.update(errors_pre)
-                        peaks = {p: _peak_mb(calls[p], device) for p in samples}
-                        calls.clear()  # drop retained graphs before the next case
-                        flops = attention_flops(batch, h, n, n, d, causal, pass_)
-                        common = dict(op="attention", dtype=dtype_name, batch=batch, heads=h, seq_len=n, head_dim=d,
-                                      causal=causal, device=device.type, **{"pass": pass_})
-                        rows = _rows_for(samples, errors, skipped, "sdpa", common,
-                                         lambda sec: {"tflops": flops / sec / 1e12}, peaks)
+                        rows = _attention_case(sweep, device, q, k, v, do, causal, window, pass_, dtype_name)
                         out += rows
                         log(_line(rows))
                         if on_rows:
@@ -469,7 +489,7 @@ def target_rows(rows: list[dict]) -> list[dict]:
                 s = ref["median_ms"] / r["median_ms"]
                 out.append(_derived(f"{r['op']}_{name}", s, target, test(s), **keys))
     for causal in (False, True):
-        case = dict(op="attention", dtype="bfloat16", seq_len=4096, head_dim=128, causal=causal)
+        case = dict(op="attention", dtype="bfloat16", seq_len=4096, head_dim=128, causal=causal, window=None)
         tri_f, fl_f = find(provider="triton", **case, **{"pass": "fwd"}), find(provider="sdpa_flash", **case, **{"pass": "fwd"})
         keys = dict(dtype="bfloat16", seq_len=4096, head_dim=128, causal=causal)
         if tri_f and fl_f:
@@ -479,7 +499,20 @@ def target_rows(rows: list[dict]) -> list[dict]:
         if tri_b and sd_b:
             t = tri_b["median_ms"] / sd_b["median_ms"]
             out.append(_derived("attention_bwd_time_vs_sdpa", t, "<= 2", t <= 2.0, **keys, **{"pass": "bwd"}))
+    out += _window_targets(find)
     return out
+
+
+def _window_targets(find) -> list[dict]:
+    """Sliding window (seq 4096, window 1024, head_dim 128, bf16): the triton forward skips the key tiles outside
+    the band, so it must beat its own full causal forward (ideal 2.3x: 8.4M vs 3.7M visible pairs per head)."""
+    case = dict(op="attention", provider="triton", dtype="bfloat16", seq_len=4096, head_dim=128, causal=True)
+    win, full = find(**case, window=1024, **{"pass": "fwd"}), find(**case, window=None, **{"pass": "fwd"})
+    if not (win and full):
+        return []
+    s = full["median_ms"] / win["median_ms"]
+    return [_derived("attention_window_fwd_speedup_vs_causal", s, ">= 1.5", s >= 1.5, dtype="bfloat16",
+                     seq_len=4096, head_dim=128, causal=True, window=1024, **{"pass": "fwd"})]
 
 
 # ----------------------------------------------------------------------------------------------- output
@@ -491,8 +524,8 @@ def _line(rows: list[dict]) -> str:
     if not rows:
         return ""
     r0 = rows[0]
-    shape = " ".join(f"{k}={r0[k]}" for k in ("rows", "hidden", "batch", "heads", "seq_len", "head_dim", "causal")
-                     if r0.get(k) is not None)
+    shape = " ".join(f"{k}={r0[k]}" for k in ("rows", "hidden", "batch", "heads", "seq_len", "head_dim", "causal",
+                                              "window") if r0.get(k) is not None)
     parts = []
     for r in rows:
         if r["status"] == "ok":
