@@ -31,7 +31,7 @@ if report_requested():
         """Nothing to run: the report's items are the claim pages and figures found under the reports folder."""
         default_target: True
         input:
-            report_inputs(W.cfg["reports_dir"]),
+            report_inputs(W.cfg["reports_dir"], W.refs),
 
 else:
 

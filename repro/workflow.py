@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from repro import artefacts, registry
+from repro import artefacts, provenance, registry
 from repro.bench.fingerprint import hardware_id, slug
 from repro.config import ConfigError, load_run_config, needed, section, workflow_spec
 
@@ -51,8 +51,10 @@ class Run:
         self._sections: dict = {}
         self._specs: dict = {}
         self.claims_with_workflow = registry.implemented_claims(self.basedir)
+        self.refs = self.cfg["references_dir"]
         if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
             self.check_results()
+            self.write_stamps()
 
     def check_results(self) -> None:
         """Before the DAG is built (issue 15): a page whose results are gone (an interrupted --forcerun, where
@@ -77,6 +79,49 @@ class Run:
             except ResultsError as exc:
                 raise self._error(f"damaged results: {exc}. The page {page} is kept; move {res} aside to rerun "
                                   f"{claim}.") from None
+
+    # ---- freshness by content (repro.provenance): the stamp files the measuring and judging jobs take as input
+    def needs(self, claim: str) -> tuple[str, ...]:
+        """The shared artefacts (names) this claim uses with these parameters."""
+        return tuple(n["artefact"] for n in needed(self.spec(claim), self.section(claim)))
+
+    def keys(self, claim: str) -> dict:
+        """The provenance keys of this claim's measurement with this run's parameters (repro.provenance)."""
+        return provenance.claim_keys(claim, self.params(claim), self.needs(claim))
+
+    def measure_keys(self, claim: str) -> str:
+        """The keys a measuring job records, as JSON: without the judge's, so that a changed judge never reruns
+        the measurement through Snakemake's params trigger."""
+        return json.dumps({k: v for k, v in self.keys(claim).items() if k != "judge"}, sort_keys=True)
+
+    def artefact_keys(self, job: str) -> dict:
+        """The keys of a shared artefact's job (tokenizer, translation_model, lm, translation_evaluate)."""
+        return provenance.artefact_keys(job, self.params("translation"))
+
+    def stamp(self, name: str, kind: str = "measure") -> str:
+        """results/<hw>/<scale>/_keys/<name>.<kind>: holds the key the results of ``name`` must have been made with
+        (kind ``measure``: code, config, software; ``judge``: the judge's code and the published numbers)."""
+        return f"{self.res}/_keys/{name}.{kind}"
+
+    def write_stamps(self) -> None:
+        """Before the DAG is built: each stamp is rewritten only when the checkout's key differs from the one it
+        holds, so it becomes newer than the results made before and Snakemake reruns exactly what depends on it
+        (the measuring job for a measure key, the judging job only for a judge key). Unchanged keys leave the
+        stamps, and so the results, alone."""
+        written = []
+        for claim in self.cfg["claims"]:
+            if claim in self.claims_with_workflow:
+                keys = self.keys(claim)
+                for kind in ("measure", "judge"):
+                    if provenance.write_stamp(self.stamp(claim, kind), keys[kind]):
+                        written.append(f"{claim}.{kind}")
+        if (self.basedir / "workflows" / "translation.smk").exists() and self.uses_translation():
+            for job in provenance.ARTEFACT_CODE:
+                if provenance.write_stamp(self.stamp(job), self.artefact_keys(job)["measure"]):
+                    written.append(f"{job}.measure")
+        if written:
+            print(f"repro: new keys (code, config or software changed, or first run) for {', '.join(written)}: "
+                  f"what depends on them reruns", file=sys.stderr)
 
     def workflow_files(self) -> list[str]:
         """The shared-artefact and hardware-comparison rules (workflows/<name>.smk); claims need none of their own."""
@@ -122,6 +167,7 @@ class Run:
         """{claim parameter: artefact file} for the shared artefacts this claim needs with these parameters, and
         (``parts``) under ``parts`` the done-files of the claim's part jobs when its runs are split (:meth:`parts`)."""
         inputs = {n["param"]: self.artefact(n["artefact"]) for n in needed(self.spec(claim), self.section(claim))}
+        inputs["stamp"] = self.stamp(claim)
         if parts and self.parts(claim):
             inputs["parts"] = [self.part_done(claim, p) for p in self.parts(claim)]
         return inputs
@@ -149,12 +195,22 @@ class Run:
     def outputs(self, claim: str) -> dict:
         return {"metrics": f"{self.res}/{claim}/metrics.csv", "verdict": f"{self.res}/{claim}/verdict.json"}
 
+    def measured(self, claim: str) -> dict:
+        """The measuring job's outputs (rule ``claim``): the rows and the record of what measured them."""
+        return {"metrics": f"{self.res}/{claim}/metrics.csv", "measured": f"{self.res}/{claim}/measured.json"}
+
     def shell(self, part: bool = False) -> str:
-        """The command of the one claim rule (or, with ``part``, of one part job: ``--part <i>-of-<n>``); progress
-        goes to the terminal and to the rule's log."""
+        """The command of the measuring rule (``--measure-only``; with ``part``, of one part job: ``--part
+        <i>-of-<n>``); progress goes to the terminal and to the rule's log."""
         return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --params {{params.cfg:q}} "
                 f"{{params.inputs}} --out {self.res}/{{wildcards.claim}} --threads {{threads}} --hardware {self.hw} "
-                + ("--part {wildcards.part} " if part else "") + "2>&1 | tee {log}")
+                "--keys {params.prov:q} " + ("--part {wildcards.part} " if part else "--measure-only ")
+                + "2>&1 | tee {log}")
+
+    def judge_shell(self) -> str:
+        """The command of the judging rule: the current judge on the stored measurement."""
+        return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --out {self.res}/{{wildcards.claim}} "
+                f"--rejudge --keys {{params.prov:q}} > {{log}} 2>&1")
 
     def pages(self) -> list[str]:
         return [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]
@@ -197,4 +253,5 @@ class Run:
         from repro.report.matrix import rule_inputs
 
         own = [self.outputs(c)["verdict"] for c in self.cfg["claims"] if c in self.claims_with_workflow]
-        return sorted(set(self.pages()) | set(rule_inputs(self.cfg["results_dir"], self.hw, self.scale, own)))
+        return sorted(set(self.pages()) | set(rule_inputs(self.cfg["results_dir"], self.hw, self.scale, own,
+                                                          self.refs)))

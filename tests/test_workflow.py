@@ -28,6 +28,8 @@ def planned_jobs(text: str) -> list[str]:
         w = re.match(r"^\s+wildcards: .*\bclaim=(\w+)", line)
         if w and jobs and jobs[-1] == "claim":
             jobs[-1] = w.group(1)
+        elif w and jobs and jobs[-1] == "claim_verdict":
+            jobs[-1] = f"{w.group(1)}.verdict"
     return jobs
 
 
@@ -69,9 +71,39 @@ def test_bad_config_names_the_key(tmp_path, config, message):
     assert "invalid configuration" in r.stdout + r.stderr and message in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+def _git_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+
+
+def _reference_for(refs: Path, hw: str, claims: list[str]) -> dict[Path, bytes]:
+    """A committed-looking reference of ``hw`` at the tiny scale (measured by an older commit, a day ago), made by
+    the claim modules themselves; returns every file with its bytes."""
+    for claim in claims:
+        out = refs / "results" / hw / "tiny" / claim
+        subprocess.run([sys.executable, "-m", f"repro.claims.{claim}", "--scale", "tiny", "--out", str(out),
+                        "--hardware", hw],
+                       cwd=ROOT, check=True, capture_output=True)
+        v = json.loads((out / "verdict.json").read_text())
+        v["commit"] = v["provenance"]["measured"]["commit"] = "0" * 40
+        v["timestamp"] = v["provenance"]["measured"]["started"] = "2026-01-01T00:00:00+00:00"
+        (out / "verdict.json").write_text(json.dumps(v))
+    return {p: p.read_bytes() for p in refs.rglob("*") if p.is_file()}
+
+
 def test_tiny_end_to_end(tmp_path):
-    """reproduce_all at scale tiny in a scratch directory, then rerun one claim alone."""
-    cfg = ["scale=tiny", "hardware=test-hw"]
+    """reproduce_all at scale tiny in a scratch directory, then rerun one claim alone.
+
+    A committed reference of the same hardware id exists (references/results/test-hw/tiny/): the run measures
+    every claim itself (each verdict carries the checkout's commit and a time after the start), the reference
+    files are byte-identical afterwards, the matrix shows both, and no tracked file of the checkout changed."""
+    from datetime import datetime, timezone
+
+    refs = tmp_path / "references"
+    reference = _reference_for(refs, "test-hw", ["param_accounting", "block_numerics"])
+    status_before = _git_status()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    cfg = ["scale=tiny", "hardware=test-hw", f"references_dir={refs}"]
     r = smk("reproduce_all", "--cores", "2", "--directory", str(tmp_path), "--config", *cfg, timeout=1500)
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
     index = (tmp_path / "reports/test-hw/tiny/index.md").read_text()
@@ -79,6 +111,19 @@ def test_tiny_end_to_end(tmp_path):
     for claim in registry.claim_ids():
         assert claim in index  # every registered claim is listed, built or not
     res = tmp_path / "results/test-hw/tiny"
+    # the user's run is their own: every verdict measured and judged by this checkout, now
+    verdicts = sorted(res.glob("*/verdict.json"))
+    assert {v.parent.name for v in verdicts} == set(registry.implemented_claims()) | {"translation"}
+    for path in verdicts:
+        prov = json.loads(path.read_text())["provenance"]
+        assert prov["source"] == "run" and prov["measured"]["commit"] == head == prov["judged"]["commit"], path
+        assert datetime.fromisoformat(prov["measured"]["started"]) >= start, path
+        assert prov["measured"]["keys"]["code"] and prov["measured"]["keys"]["measure"], path
+    assert {p: p.read_bytes() for p in refs.rglob("*") if p.is_file()} == reference  # references untouched
+    assert _git_status() == status_before  # nothing tracked changed (results/ and reports/ are ignored)
+    matrix_md = (tmp_path / "reports/matrix.md").read_text()
+    assert "`test-hw` tiny (this checkout)" in matrix_md and "`test-hw` tiny (reference)" in matrix_md
+    assert "ref 0000000 2026-01-01" in matrix_md
     # issue 18: every job of the run wrote Snakemake's benchmark file beside the results, and the index tabulates
     # them (the index itself, the matrix and the comparison run after it and have theirs too)
     from repro.report.runtime import read_benchmarks
@@ -87,6 +132,8 @@ def test_tiny_end_to_end(tmp_path):
     names = set(bench["job"])
     assert set(registry.implemented_claims()) <= names and {"translation_train", "lm_train", "index", "matrix",
                                                             "compare_hardware"} <= names, sorted(names)
+    # each claim was measured (its `claim` job) and judged (its `claim_verdict` job) by this run
+    assert {f"{c}.verdict" for c in registry.implemented_claims()} <= names
     assert len(names) == len(jobs), (sorted(names), jobs)  # one file per job, nothing missing or left over
     assert (bench["wall_s"] > 0).all() and (bench["max_rss_mb"] > 0).all()
     # workflow.parts (tiny: 2): warmup_stability's runs trained by two part jobs, then judged with every run kept

@@ -4,6 +4,9 @@
 # section gives threads, resources and the shared artefacts it needs), its schema and its registry entry.
 
 
+import json
+
+
 localrules:
     claim_report,
     index,
@@ -16,17 +19,24 @@ wildcard_constraints:
 
 
 rule claim:
-    """Run one claim's experiment and judge it: ``python -m repro.claims.<id>`` writes metrics.csv, verdict.json,
-    config.json and fingerprint.json into results/<hardware>/<scale>/<id>/. The shared artefacts the claim needs
-    (config/claims/<id>.yaml: workflow.needs) are its inputs and reach it on the command line (--input)."""
+    """Measure one claim: ``python -m repro.claims.<id> --measure-only`` writes metrics.csv, config.json,
+    fingerprint.json and measured.json (what measured it: commit, time, keys, input hashes) into
+    results/<hardware>/<scale>/<id>/. The shared artefacts the claim needs (config/claims/<id>.yaml: workflow.needs)
+    are its inputs and reach it on the command line (--input).
+
+    Freshness by content, not by a checkout's mtimes: the input ``stamp`` (results/<hw>/<scale>/_keys/<id>.measure)
+    holds the key of the claim's measurement code, resolved parameters and software (repro.provenance). The
+    workflow rewrites it before the DAG is built only when the checkout's key differs, so a changed measurement
+    module, imported repro module, config or torch makes it newer than the results and this job reruns; the same
+    key is a param (Snakemake's params trigger) and is recorded in measured.json."""
     input:
         unpack(lambda wildcards: W.claim_inputs(wildcards.claim)),
     output:
-        metrics=f"{W.res}/{{claim}}/metrics.csv",
-        verdict=f"{W.res}/{{claim}}/verdict.json",
+        **W.measured("{claim}"),
     params:
         cfg=lambda wildcards: W.params(wildcards.claim),
         inputs=lambda wildcards, input: W.input_args(wildcards.claim, input),
+        prov=lambda wildcards: W.measure_keys(wildcards.claim),
     log:
         f"{W.logs}/{{claim}}.log",
     benchmark:
@@ -43,6 +53,33 @@ rule claim:
         W.shell()
 
 
+rule claim_verdict:
+    """Judge one claim's stored measurement: ``python -m repro.claims.<id> --rejudge`` applies the checkout's
+    judge (and published numbers) to metrics.csv and writes verdict.json with who measured and who judged. Its
+    stamp (_keys/<id>.judge) changes only with the judge-side code (the judge-only functions of the claim module,
+    repro/verdicts.py, the registry), so a changed judge re-judges here without measuring again."""
+    input:
+        **W.measured("{claim}"),
+        stamp=W.stamp("{claim}", "judge"),
+    output:
+        verdict=f"{W.res}/{{claim}}/verdict.json",
+    params:
+        prov=lambda wildcards: json.dumps({"judge": W.keys(wildcards.claim)["judge"]}),
+    log:
+        f"{W.logs}/{{claim}}.verdict.log",
+    benchmark:
+        W.bench("{claim}.verdict")
+    conda:
+        "../environment.yml"
+    priority: lambda wildcards: W.spec(wildcards.claim)["priority"]
+    threads: 1
+    resources:
+        runtime=10,
+        mem_mb=2000,
+    shell:
+        W.judge_shell()
+
+
 rule claim_part:
     """One part of a claim whose training runs are split into jobs (config/claims/<id>.yaml: workflow.parts):
     ``python -m repro.claims.<id> --part <i>-of-<n>`` trains its share of the runs (the finished ones kept on a rerun with
@@ -55,6 +92,7 @@ rule claim_part:
     params:
         cfg=lambda wildcards: W.params(wildcards.claim),
         inputs=lambda wildcards, input: W.input_args(wildcards.claim, input),
+        prov=lambda wildcards: W.measure_keys(wildcards.claim),
     log:
         f"{W.logs}/{{claim}}.part{{part}}.log",
     benchmark:
@@ -123,9 +161,10 @@ rule index:
 
 
 rule matrix:
-    """The verdict matrix, the first page of the reports: every claim on every machine and scale found under
-    results/ (committed reference results included), flagging verdicts that differ between machines or from the
-    previous committed run (repro/report/matrix.py)."""
+    """The verdict matrix, the first page of the reports: every claim on every machine and scale of this checkout's
+    runs (results/) beside the committed references (references/results/, read-only), each cell saying where it
+    came from and whether it is stale, flagging verdicts that differ between columns or from the previous
+    committed reference run (repro/report/matrix.py)."""
     input:
         W.matrix_inputs(),
     output:
@@ -141,4 +180,4 @@ rule matrix:
         mem_mb=2000,
     shell:
         f"{W.py} -m repro.report.matrix --results {W.cfg['results_dir']} --reports {W.cfg['reports_dir']} "
-        f"--out {{output}} > {{log}} 2>&1"
+        f"--references {W.refs} --out {{output}} > {{log}} 2>&1"

@@ -2,7 +2,7 @@
 # claim, in reports/compare/<scale>/ (repro/report/compare.py says what is in them).
 #   snakemake compare_hardware --cores all
 # Input: every other machine's complete results folder of this scale found when the DAG is built
-# (results/*/<scale>/*/verdict.json, committed reference results included) plus this run's own claims' verdicts,
+# (results/*/<scale>/*/verdict.json, and the committed references' references/results/*/<scale>/*/verdict.json) plus this run's own claims' verdicts,
 # so the tables are remade whenever a claim is (re)built here or another machine's results appear or change.
 from repro.report.compare import rule_inputs as _compare_inputs
 
@@ -18,7 +18,7 @@ rule compare_hardware_tables:
     """Per claim with timing/memory metrics: a markdown table and a seaborn plot, every machine beside the paper."""
     input:
         _compare_inputs(W.cfg["results_dir"], W.scale, W.hw,
-                        [W.outputs(c)["verdict"] for c in W.cfg["claims"] if c in W.claims_with_workflow]),
+                        [W.outputs(c)["verdict"] for c in W.cfg["claims"] if c in W.claims_with_workflow], W.refs),
     output:
         directory(COMPARE_DIR),
     log:
@@ -33,7 +33,7 @@ rule compare_hardware_tables:
         mem_mb=2000,
     shell:
         f"{W.py} -m repro.report.compare --results {W.cfg['results_dir']} --scale {W.scale} --out {{output}} "
-        f"--reference {W.hw} > {{log}} 2>&1"
+        f"--reference {W.hw} --references {W.refs} > {{log}} 2>&1"
 
 
 rule compare_hardware:

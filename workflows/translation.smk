@@ -18,8 +18,15 @@ _TR_RUNTIME = int((_TR["training"].get("max_minutes") or 60) * 2) + 15
 _LM_RUNTIME = int((_TR["lm"]["training"].get("max_minutes") or 60) * 2) + 15
 
 
+# Each rule takes its stamp (results/<hw>/<scale>/_keys/<job>.measure, repro.provenance) as input: rewritten only when
+# the key of its code (repro/train and what it imports), the translation section or the software changes, so a
+# changed training module retrains the model, and the claims built on it rerun.
+
+
 rule translation_tokenizer:
     """Joint sentencepiece vocabulary on the training split (or the fairseq dictionaries at paper scale)."""
+    input:
+        stamp=W.stamp("tokenizer"),
     output:
         tokenizer=TRANSLATION_TOKENIZER,
         **_SPM,
@@ -45,6 +52,7 @@ rule translation_train:
     fairseq checkpoint named by fairseq_checkpoint."""
     input:
         tokenizer=TRANSLATION_TOKENIZER,
+        stamp=W.stamp("translation_model"),
     output:
         model=TRANSLATION_MODEL,
         summary=f"{TRANSLATION_DIR}/summary.json",
@@ -70,6 +78,7 @@ rule lm_train:
     """Decoder-only LM on the target side of the training split (layer_pruning)."""
     input:
         tokenizer=TRANSLATION_TOKENIZER,
+        stamp=W.stamp("lm"),
     output:
         model=LM_MODEL,
         summary=f"{LM_DIR}/summary.json",
@@ -96,10 +105,12 @@ rule translation_evaluate:
     input:
         model=TRANSLATION_MODEL,
         lm=LM_MODEL,
+        stamp=W.stamp("translation_evaluate"),
     output:
         **W.outputs("translation"),
     params:
         cfg=W.params("translation"),
+        prov=_json.dumps(W.artefact_keys("translation_evaluate"), sort_keys=True),
     log:
         f"{W.logs}/translation_evaluate.log",
     benchmark:
@@ -113,7 +124,7 @@ rule translation_evaluate:
         mem_mb=8000,
     shell:
         f"{W.py} -m repro.train.evaluate --params {{params.cfg:q}} --scale {W.scale} --model {TRANSLATION_DIR} "
-        f"--lm {LM_DIR} --out {W.res}/translation 2>&1 | tee {{log}}"
+        f"--lm {LM_DIR} --out {W.res}/translation --keys {{params.prov:q}} 2>&1 | tee {{log}}"
 
 
 rule translation_model:

@@ -1,7 +1,9 @@
-"""Results records: long-format metrics.csv, verdict.json, fingerprint.json and config.json per claim.
+"""Results records: long-format metrics.csv, config.json, fingerprint.json, measured.json and verdict.json per claim.
 
-Layout: ``results/<hardware>/<scale>/<claim>/``. Every file is written atomically (temporary name, then rename)
-and verdict.json last, so a folder with a verdict is complete. One metrics row per measured value:
+Layout: ``results/<hardware>/<scale>/<claim>/``. Every file is written atomically (temporary name, then rename);
+measured.json closes a measurement (what measured it: commit, time, repro.provenance keys, input hashes, the
+integrity record), verdict.json a judgement of it (written last, by the same job or by a re-judging one), so a
+folder with a verdict is complete. One metrics row per measured value:
 claim, metric, unit, kind (what the row measures: time, memory, ratio_time, quality, ...; repro.bench.kinds),
 value, spread, n, the sweep variables (a JSON column ``sweep`` and one column each),
 and the published value with its citation where the registry has one.
@@ -22,8 +24,10 @@ from repro.bench.stats import (both, decide_interval, decide_within, sample_inte
                                t_interval)
 from repro.bench.kinds import resolve_kind, stored_kind
 from repro.errors import ResultsError
+# the verdict contract lives in repro.verdicts (judge side: changing it re-judges, never re-measures); re-exported
+from repro.verdicts import (VERDICTS, check, gate, gated, setup_table, verdict,  # noqa: F401
+                            verdict_from_checks)
 
-VERDICTS = ("reproduced", "partially", "not_reproduced", "inconclusive", "not_applicable", "not_implemented")
 METRIC_COLUMNS = ["claim", "metric", "unit", "kind", "value", "spread", "n", "sweep", "published_key", "published_value",
                   "published_unit", "source", "hardware", "scale"]
 
@@ -108,137 +112,30 @@ def metric(claim: str, name: str, value, unit: str = "", *, kind: str | None = N
     return row
 
 
-def verdict(claim: str, status: str, reason: str, *, checks: list[dict] | None = None, **extra) -> dict:
-    if status not in VERDICTS:
-        raise ValueError(f"verdict: {status!r} is not one of {VERDICTS}")
-    return {"claim": claim, "verdict": status, "reason": reason, "checks": checks or [], **extra}
-
-
-def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
-          interval: str | None = None, undecided_because: str | None = None) -> dict:
-    """One verdict criterion: what was measured, what the paper says, and whether it holds.
-
-    ``headline``: the claim's main statement (see ``verdict_from_checks``). ``interval``: the uncertainty that
-    decided it (seeds' spread, bootstrap interval), in words. ``passed=None`` means the run could not decide the
-    check; ``undecided_because`` says why (the control did not learn, the spread is too wide, a CPU stand-in...)."""
-    if passed is None and not undecided_because:
-        undecided_because = "not decided by this run"
-    return {"name": name, "passed": None if passed is None else bool(passed), "measured": measured,
-            "expected": expected, "headline": bool(headline), "interval": interval,
-            "undecided_because": None if passed is not None else undecided_because}
-
-
-def gate(name: str, passed: bool, measured: str, required: str) -> dict:
-    """A precondition of the checks on a trained model (e.g. "the control model learned"): when it fails, the
-    checks that rest on it are undecided (the run could not decide them), never held or failed."""
-    return {"name": name, "passed": bool(passed), "measured": measured, "required": required}
-
-
-def gated(c: dict, gates: list[dict]) -> dict:
-    """``c`` undecided when any of ``gates`` failed (the measured text is kept, the reason names the gate)."""
-    failed = [g for g in gates if not g["passed"]]
-    if not failed or c["passed"] is None:
-        return c
-    because = "; ".join(f"gate '{g['name']}' failed: {g['measured']} (required {g['required']})" for g in failed)
-    return {**c, "passed": None, "undecided_because": because}
-
-
-def _check_text(c: dict) -> str:
-    tail = ("" if c["passed"] else " [fails]") if c["passed"] is not None else " [undecided]"
-    return f"{c['name']}: {c['measured']} (paper: {c['expected']}){tail}"
-
-
-def verdict_from_checks(claim: str, checks: list[dict], scale: str, *, gates: list[dict] | None = None,
-                        setup: list[dict] | None = None, meaning: str | None = None, **extra) -> dict:
-    """The verdict contract (docs/verdicts.md).
-
-    Every claim marks its headline check(s) (``headline=True``); the others are secondary.
-    - ``reproduced``: every headline holds and every decided secondary holds;
-    - ``partially``: every headline holds, a secondary fails;
-    - ``not_reproduced``: a decided headline fails;
-    - ``inconclusive``: no headline fails but one could not be decided (control did not learn, spread too wide,
-      CPU stand-in for a GPU measurement); the reason says why;
-    - ``not_applicable``: tiny scale (plumbing only), or nothing this hardware can measure.
-    ``gates`` (``gate(...)``) are stated on the page; checks resting on a failed gate are made undecided by the
-    claim (``gated``). ``setup`` rows (aspect / paper / this_run) and ``meaning`` go to the page.
-    """
-    heads = [c for c in checks if c.get("headline")]
-    meaning = meaning or _meaning(heads, scale)
-    extra = {**extra, "gates": list(gates or []), "setup": list(setup or []),
-             "meaning": meaning}
-    decided = [c for c in checks if c["passed"] is not None]
-    failed = [c for c in decided if not c["passed"]]
-    failed_heads = [c for c in heads if c["passed"] is False]
-    undecided_heads = [c for c in heads if c["passed"] is None]
-    if scale == "tiny":
-        return verdict(claim, "not_applicable", "tiny scale checks plumbing only; no verdict is claimed. "
-                       + "; ".join(_check_text(c) for c in heads[:3]), checks=checks, **extra)
-    if not checks or (not decided and all((c.get("undecided_because") or "").startswith("not applicable")
-                                          for c in checks)):
-        return verdict(claim, "not_applicable", "no check can be measured on this hardware/scale"
-                       + (": " + checks[0]["undecided_because"] if checks else ""), checks=checks, **extra)
-    n_pass = len(decided) - len(failed)
-    counts = f"{n_pass}/{len(decided)} decided checks hold ({len(checks) - len(decided)} undecided)"
-    if failed_heads:
-        status, shown = "not_reproduced", failed_heads + [c for c in failed if c not in failed_heads]
-        lead = f"headline fails; {counts}. "
-    elif not heads:  # the run was too small to make the headline check at all (e.g. a 1-layer stack)
-        return verdict(claim, "inconclusive", f"no headline check could be made by this run; {counts}",
-                       checks=checks, **extra)
-    elif undecided_heads:
-        status, shown = "inconclusive", undecided_heads
-        lead = f"headline undecided; {counts}. "
-        shown_text = "; ".join(f"{c['name']}: {c['undecided_because']}" for c in shown[:4])
-        return verdict(claim, status, lead + shown_text, checks=checks, **extra)
-    elif failed:
-        status, shown = "partially", failed
-        lead = f"headline holds, a secondary check fails; {counts}. Failing: "
-    else:
-        status, shown = "reproduced", heads
-        lead = f"{counts}; headline: "
-    summary = "; ".join(_check_text(c) for c in shown[:5])
-    if len(shown) > 5:
-        summary += f"; ... and {len(shown) - 5} more (see checks)"
-    return verdict(claim, status, lead + summary, checks=checks, **extra)
-
-
-def _meaning(heads: list[dict], scale: str) -> str:
-    """The page's "What this verdict means" line (the contract, with this claim's headline named)."""
-    names = " and ".join(f"'{c['name']}'" for c in heads) or "its headline"
-    return (f"At the {scale} scale, with the setup above: reproduced = {names} and every decided secondary check "
-            f"held; partially = {names} held, a secondary check failed; not_reproduced = {names} failed with the "
-            f"interval shown; inconclusive = this run could not decide {names} (the reason says why). A verdict "
-            f"here is about this setup, not the paper's scale.")
-
-
-def setup_table(claim: str, this_run: Mapping[str, str]) -> list[dict]:
-    """The page's "Setup beside the paper" rows: the paper's setup from the registry (``paper_setup`` of the
-    claim: model, data, steps, seeds, precision, hardware, ...) beside this run's (``this_run``, built by the claim
-    from its config). An aspect known on one side only shows "not stated" on the other."""
-    paper = registry.claim(claim).get("paper_setup") or {}
-    aspects = list(paper) + [a for a in this_run if a not in paper]
-    return [{"aspect": a, "paper": str(paper.get(a, "not stated")), "this_run": str(this_run.get(a, "not stated"))}
-            for a in aspects]
-
-
 def _finite(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
-def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], verdict: Mapping,
-                  config: Mapping, fingerprint: Mapping | None = None, artifacts: Iterable[str] = ()) -> Path:
-    """Write metrics.csv, config.json, fingerprint.json and (last) verdict.json into ``out_dir``.
+def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], config: Mapping,
+                      fingerprint: Mapping | None = None, artifacts: Iterable[str] = (), keys: Mapping | None = None,
+                      context: Mapping | None = None, inputs: Mapping | None = None,
+                      started: str | None = None) -> dict:
+    """Write metrics.csv, config.json, fingerprint.json and (last) measured.json into ``out_dir``; returns the
+    measurement record (measured.json).
 
-    ``artifacts``: the claim's other result files in ``out_dir`` (relative paths or glob patterns, e.g.
-    ``curves/*.csv``: the claim module's ``ARTIFACTS``). Each file is recorded with its sha256 in verdict.json's
-    ``integrity`` beside metrics.csv: that record lists every file of the folder the report may read
-    (:func:`declared_files`, :func:`artifact_path`). A pattern that matches nothing raises ResultsError."""
+    measured.json says what measured the numbers: the commit (and whether the tree was dirty), when (start and end,
+    UTC), the keys of repro.provenance (code, config, software, judge, measure), the sha256 of each input artefact
+    file (``inputs``: parameter -> path), the ``context`` the judge needs beyond the rows (e.g. the machine load), and
+    the integrity record of every result file: metrics.csv's row count and sha256, and each of the claim's other files
+    (``artifacts``: relative paths or glob patterns, e.g. ``curves/*.csv``, the claim module's ``ARTIFACTS``; a pattern
+    that matches nothing raises ResultsError). The report reads only the files listed there."""
     import pandas as pd  # lazy: keep `import repro.bench.records` light (the workflow and reports import it)
 
     out = Path(out_dir)
-    # verdict.json marks a complete folder: drop the old one first, so a run killed while writing leaves no
-    # verdict beside new metrics (and the integrity record below catches any other mismatch)
+    # the record marks a complete measurement: drop the old ones first, so a run killed while writing leaves
+    # neither beside new metrics (and the integrity record catches any other mismatch)
     (out / "verdict.json").unlink(missing_ok=True)
+    (out / "measured.json").unlink(missing_ok=True)
     fp = dict(fingerprint or make_fingerprint())
     fp["config_hash"] = config_hash(config)
     fp["scale"], fp["claim"] = scale, claim
@@ -260,10 +157,87 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
     atomic_write_json(out / "fingerprint.json", fp)
     integrity = {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame)),  # checked by the report
                  **declare_artifacts(out, artifacts)}
-    atomic_write_json(out / "verdict.json", {**verdict, "scale": scale, "hardware": fp["hardware_id"],
-                                             "commit": fp["git"]["commit"], "timestamp": fp["timestamp"],
-                                             "integrity": integrity})
+    record = {"claim": claim, "scale": scale, "hardware": fp["hardware_id"], "commit": fp["git"]["commit"],
+              "dirty": fp["git"].get("dirty"), "started": started or fp["timestamp"],
+              "finished": _now(), "keys": dict(keys or {}), "inputs": input_hashes(inputs or {}),
+              "context": dict(context or {}), "integrity": integrity}
+    record["runtime_s"] = _seconds_between(record["started"], record["finished"])
+    atomic_write_json(out / "measured.json", record)
+    return record
+
+
+def write_verdict(out_dir: str | Path, verdict: Mapping, measured: Mapping, judge_key: str | None = None,
+                  **extra) -> dict:
+    """verdict.json: the judge's verdict on the measurement ``measured`` (measured.json's record), with the
+    measurement's commit and time, its integrity record, and ``provenance``: who measured (commit, dirty, start and
+    end, keys) and who judged (commit, dirty, time, judge key)."""
+    from repro.bench.fingerprint import git_commit
+
+    git = git_commit()
+    provenance = {"source": "run", "measured": {k: measured.get(k) for k in ("commit", "dirty", "started", "finished",
+                                                                             "keys", "inputs")},
+                  "judged": {"commit": git["commit"], "dirty": git.get("dirty"), "timestamp": _now(),
+                             "judge_key": judge_key or (measured.get("keys") or {}).get("judge")}}
+    record = {**verdict, **extra, "scale": measured["scale"], "hardware": measured["hardware"],
+              "commit": measured["commit"], "timestamp": measured["started"], "integrity": measured["integrity"],
+              "provenance": provenance}
+    atomic_write_json(Path(out_dir) / "verdict.json", record)
+    return record
+
+
+def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], verdict: Mapping,
+                  config: Mapping, fingerprint: Mapping | None = None, artifacts: Iterable[str] = (),
+                  keys: Mapping | None = None, inputs: Mapping | None = None, started: str | None = None) -> Path:
+    """Measurement and verdict in one go (:func:`write_measurement`, then :func:`write_verdict`, last): what a claim
+    run by hand, the translation benchmark and the peer benchmarks write."""
+    measured = write_measurement(out_dir, claim=claim, scale=scale, metrics=metrics, config=config,
+                                 fingerprint=fingerprint, artifacts=artifacts, keys=keys, inputs=inputs,
+                                 started=started, context={k: verdict[k] for k in ("load",) if k in verdict})
+    write_verdict(out_dir, verdict, measured)
+    return Path(out_dir)
+
+
+def _seconds_between(a: str | None, b: str | None) -> float | None:
+    from datetime import datetime
+
+    try:
+        return round((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds(), 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def input_hashes(inputs: Mapping) -> dict:
+    """{parameter: {path, sha256}} of the input artefacts a claim was given (a folder: its checkpoint or, failing
+    that, the sha256 of its files' names, sizes and sha256); files over 4 GiB are recorded by size only."""
+    out = {}
+    for param, path in inputs.items():
+        p = Path(str(path))
+        target = p / "checkpoint_last.pt" if p.is_dir() and (p / "checkpoint_last.pt").is_file() else p
+        if target.is_file():
+            size = target.stat().st_size
+            digest = _file_sha(target) if size <= 4 * 2**30 else None
+            out[param] = {"path": str(p), "file": target.name, "bytes": size, "sha256": digest}
+        elif target.is_dir():
+            listing = sorted((f.relative_to(target).as_posix(), f.stat().st_size) for f in target.rglob("*")
+                             if f.is_file())
+            out[param] = {"path": str(p), "listing_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest()}
+        else:
+            out[param] = {"path": str(p), "missing": True}
     return out
+
+
+def _file_sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _integrity(data: bytes, rows: int) -> dict:
@@ -287,7 +261,7 @@ def declare_artifacts(out_dir: str | Path, patterns: Iterable[str]) -> dict:
     return entries
 
 
-CORE_FILES = ("metrics.csv", "verdict.json", "config.json", "fingerprint.json")
+CORE_FILES = ("metrics.csv", "verdict.json", "config.json", "fingerprint.json", "measured.json")
 
 
 def declared_files(verdict: Mapping) -> list[str]:

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from repro import config
+from repro import config, provenance
 from repro.bench.fingerprint import fingerprint, slug
-from repro.bench.records import atomic_write_json, read_metrics, remove_stale_temps, write_results
+from repro.bench.records import (atomic_write_json, read_metrics, remove_stale_temps, write_measurement,
+                                 write_verdict)
 from repro.cli import load_params, positive_int, setup_logging  # noqa: F401 (setup_logging: also used by claims)
 
 log = logging.getLogger("repro")
@@ -107,7 +108,14 @@ def main(claim: str, run: Callable, argv=None) -> int:
     parser.add_argument("--rejudge", action="store_true",
                         help="re-apply this commit's verdict rule (judge) to the measurements already in --out "
                              "(metrics.csv, config.json); nothing is measured again, and verdict.json records both "
-                             "the measurement's commit and the judging commit")
+                             "the measurement's commit and the judging commit (the workflow's claim_verdict job)")
+    parser.add_argument("--measure-only", action="store_true",
+                        help="measure and write metrics.csv, config.json, fingerprint.json and measured.json, but no "
+                             "verdict.json (the workflow judges in its own job, so a changed judge re-judges without "
+                             "measuring again)")
+    parser.add_argument("--keys", default=None, metavar="JSON",
+                        help="the provenance keys of this measurement (code, config, software, judge, measure: "
+                             "repro.provenance), as the workflow computed them; default: computed here")
     module = sys.modules.get(run.__module__)
     if hasattr(module, "run_part"):
         parser.add_argument("--part", type=_part, default=None, metavar="I-of-N",
@@ -116,10 +124,13 @@ def main(claim: str, run: Callable, argv=None) -> int:
                                  "claim_part jobs do when workflow.parts > 1)")
     args = parser.parse_args(argv)
     setup_logging()
+    started = now()
+    keys = json.loads(args.keys) if args.keys else None
     if args.rejudge:
-        rejudge(claim, args.out, args.scale)
+        rejudge(claim, args.out, args.scale, judge_key=(keys or {}).get("judge"))
         return 0
     params = load_params(parser, claim, args.scale, args.params)
+    key_params = json.loads(args.params) if args.params else params  # what the workflow hashed
     if args.input:  # the shared artefacts the workflow built for this claim (config: workflow.needs)
         given = dict(item.split("=", 1) if "=" in item else (item, None) for item in args.input)
         bad = [k for k, v in given.items() if not v]
@@ -129,6 +140,11 @@ def main(claim: str, run: Callable, argv=None) -> int:
             params = config.validate_params(claim, args.scale, {**params, **given})
         except config.ConfigError as exc:
             parser.error(f"--input: {exc}")
+    else:
+        given = {}
+    if keys is None:
+        needs = tuple(n["artefact"] for n in config.needed(config.workflow_spec(claim, args.scale), params))
+        keys = provenance.claim_keys(claim, key_params, needs)
     if args.hardware:
         if slug(args.hardware) != args.hardware:
             parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
@@ -152,11 +168,26 @@ def main(claim: str, run: Callable, argv=None) -> int:
         log.info("%s: part %d of %d done in %.1f s", claim, index, count, time.time() - t0)
         return 0
     metrics, verdict = run(params, args.scale, args.out)
-    verdict = {**verdict, "runtime_s": round(time.time() - t0, 1)}
-    write_results(args.out, claim=claim, scale=args.scale, metrics=metrics, verdict=verdict, config=params,
-                  artifacts=getattr(sys.modules.get(run.__module__), "ARTIFACTS", ()))  # the claim's other files
+    measured = write_measurement(args.out, claim=claim, scale=args.scale, metrics=metrics, config=params,
+                                 artifacts=getattr(module, "ARTIFACTS", ()),  # the claim's other files
+                                 keys=keys, context={k: verdict[k] for k in JUDGE_CONTEXT if k in verdict},
+                                 inputs=given, started=started)
+    if args.measure_only:
+        log.info("%s: measured in %.1f s (%d rows); the verdict is the claim_verdict job's", claim,
+                 time.time() - t0, measured["integrity"]["metrics.csv"]["rows"])
+        return 0
+    write_verdict(args.out, verdict, measured, runtime_s=measured["runtime_s"])
     log.info("%s: %s (%s) in %.1f s", claim, verdict["verdict"], verdict["reason"][:300], time.time() - t0)
     return 0
+
+
+JUDGE_CONTEXT = ("load",)  # what a judge reads beyond the rows and parameters (kept in measured.json)
+
+
+def now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _part(text: str) -> tuple[int, int]:
@@ -170,13 +201,15 @@ def _part(text: str) -> tuple[int, int]:
     return i, n
 
 
-def rejudge(claim: str, out: Path, scale: str) -> dict:
-    """Re-judge stored measurements with the current rule. The measurement's parameters come from its config.json;
-    keys the current rule needs and the old run did not record (new thresholds) come from the current
-    config/claims/<claim>.yaml at that scale. The fingerprint (hardware, software, measurement commit) and
-    metrics.csv are kept as they are; verdict.json gains ``rejudged`` with this commit and time."""
+def rejudge(claim: str, out: Path, scale: str, judge_key: str | None = None) -> dict:
+    """Judge stored measurements with the current rule (the workflow's claim_verdict job, or by hand after a change
+    to a judge). The measurement's parameters come from its config.json; keys the current rule needs and the old
+    run did not record (new thresholds) come from the current config/claims/<claim>.yaml at that scale.
+    metrics.csv, fingerprint.json and measured.json are kept as they are; verdict.json records the measurement's
+    commit and time and the judging's (``provenance``), and ``rejudged`` when it replaces an earlier judgement of
+    the same measurement. Results from before measured.json existed are re-judged from their verdict.json."""
     out = Path(out)
-    for name in ("metrics.csv", "config.json", "verdict.json", "fingerprint.json"):
+    for name in ("metrics.csv", "config.json", "fingerprint.json"):
         if not (out / name).is_file():
             raise SystemExit(f"--rejudge: {out / name} is missing: run the claim first")
     stored = json.loads((out / "config.json").read_text())
@@ -187,14 +220,32 @@ def rejudge(claim: str, out: Path, scale: str) -> dict:
     frame = read_metrics(out)
     rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
             for r in frame.to_dict("records")]
-    old = json.loads((out / "verdict.json").read_text())
+    old = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else None
+    if (out / "measured.json").is_file():
+        measured = json.loads((out / "measured.json").read_text())
+    elif old is not None:  # measured before measured.json: its verdict.json holds the measurement's record
+        measured = {"claim": claim, "scale": scale, "hardware": old.get("hardware"), "commit": old.get("commit"),
+                    "dirty": None, "started": old.get("timestamp"), "finished": None, "keys": {}, "inputs": {},
+                    "context": {k: old[k] for k in JUDGE_CONTEXT if k in old}, "integrity": old.get("integrity"),
+                    "runtime_s": old.get("runtime_s")}
+    else:
+        raise SystemExit(f"--rejudge: {out / 'measured.json'} is missing: run the claim first")
     module = importlib.import_module(f"repro.claims.{claim}")
-    context = {k: old[k] for k in ("load",) if k in old}
+    context = {k: v for k, v in (measured.get("context") or {}).items() if k in JUDGE_CONTEXT}
     verdict = module.judge(rows, params, scale, **context)
-    fp = fingerprint()
-    keep = {k: old[k] for k in ("scale", "hardware", "commit", "timestamp", "runtime_s", "integrity") if k in old}
-    verdict = {**verdict, **keep, "rejudged": {"commit": fp["git"]["commit"], "dirty": fp["git"].get("dirty"),
-                                               "timestamp": fp["timestamp"], "previous_verdict": old.get("verdict")}}
-    atomic_write_json(out / "verdict.json", verdict)
-    log.info("%s: rejudged %s -> %s (%s)", claim, old.get("verdict"), verdict["verdict"], verdict["reason"][:300])
+    if judge_key is None:
+        judge_key = provenance.claim_keys(claim, stored["config"])["judge"]
+    extra = {"runtime_s": measured.get("runtime_s"), **context}
+    if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
+        extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),
+                             "previous_verdict": old.get("verdict")}
+    verdict = write_verdict(out, verdict, measured, judge_key=judge_key, **extra)
+    log.info("%s: judged %s (%s)%s", claim, verdict["verdict"], verdict["reason"][:300],
+             f"; was {old.get('verdict')}" if old else "")
     return verdict
+
+
+def provenance_commit() -> str | None:
+    from repro.bench.fingerprint import git_commit
+
+    return git_commit()["commit"]

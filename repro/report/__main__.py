@@ -25,13 +25,32 @@ def main(argv=None) -> int:
     i.add_argument("--hardware", required=True)
     i.add_argument("--scale", required=True)
     i.add_argument("--out", required=True)
-    b = sub.add_parser("rebuild", help="every claim page, index, the matrix and the comparisons, from results only")
+    b = sub.add_parser("rebuild", help="this checkout's pages, indexes, the matrix and the comparisons, from "
+                                       "results only (the references shown beside them)")
     b.add_argument("--results", default="results")
     b.add_argument("--reports", default="reports")
+    b.add_argument("--references", default="references")
+    r = sub.add_parser("rebuild-references", help="maintainers: re-render the committed references' pages, "
+                                                  "matrix and comparisons after a change to the report code")
+    r.add_argument("--references", default="references")
+    p = sub.add_parser("publish", help="maintainers: make a clean run of HEAD a committed reference (refuses a "
+                                       "dirty tree, mixed commits, stale or overridden results)")
+    p.add_argument("--hardware", required=True, help="the run's hardware id (results/<hardware>/<scale>/)")
+    p.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
+    p.add_argument("--results", default="results")
+    p.add_argument("--references", default="references")
+    p.add_argument("--claims", nargs="*", default=None, help="only these claims (a run of some claims); default: "
+                                                             "the whole run, every claim and the translation")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "rebuild":
-            rebuild(args.results, args.reports)
+            rebuild(args.results, args.reports, args.references)
+        elif args.cmd == "rebuild-references":
+            rebuild_references(args.references)
+        elif args.cmd == "publish":
+            from .publish import publish
+            dst = publish(args.hardware, args.scale, args.results, args.references, claims=args.claims)
+            print(f"published {args.results}/{args.hardware}/{args.scale} as {dst}; commit it (git add {args.references})")
         elif args.cmd == "claim":
             claim_page(args.claim, args.results, args.page, args.figures)
         else:
@@ -39,11 +58,18 @@ def main(argv=None) -> int:
     except ResultsError as exc:  # a damaged results file: its name and what to do, no traceback; old page kept
         print(f"python -m repro.report {args.cmd}: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        from .publish import PublishError
+        if isinstance(exc, PublishError):
+            print(f"python -m repro.report publish: {exc}", file=sys.stderr)
+            return 2
+        raise
     return 0
 
 
-def rebuild(results_root: str, reports_root: str) -> None:
-    """Every page of every registered claim with a workflow, from ``results_root/<hw>/<scale>/<claim>/``."""
+def rebuild(results_root: str, reports_root: str, references_root: str | None = "references") -> None:
+    """Every page of every registered claim with a workflow, from ``results_root/<hw>/<scale>/<claim>/`` (this
+    checkout's runs), their indexes, and the matrix and comparisons with the references beside them."""
     from pathlib import Path
 
     from repro import registry
@@ -51,6 +77,7 @@ def rebuild(results_root: str, reports_root: str) -> None:
     from .compare import write_compare
     from .matrix import read_cells, write
 
+    refs = references_root if references_root and Path(references_root).is_dir() else None
     cells = read_cells(results_root)
     implemented = set(registry.implemented_claims())  # registered, with a module and a config
     for c in cells:
@@ -60,9 +87,28 @@ def rebuild(results_root: str, reports_root: str) -> None:
             claim_page(c.claim, c.path.parent, page, page.with_suffix(""))
     for hw, scale in sorted({(c.hardware, c.scale) for c in cells}):
         index_page(results_root, reports_root, hw, scale, Path(reports_root) / hw / scale / "index.md")
+    for scale in sorted({c.scale for c in cells} | {c.scale for c in read_cells(None, refs)}):
+        write_compare(results_root, scale, Path(reports_root) / "compare" / scale, references_root=refs)
+    write(results_root, reports_root, Path(reports_root) / "matrix.md", references_root=refs)
+
+
+def rebuild_references(references_root: str = "references") -> None:
+    """Re-render every committed reference's pages and index (marked as references), the references' matrix and
+    their hardware comparisons; the reference results themselves are not touched."""
+    from pathlib import Path
+
+    from .compare import write_compare
+    from .matrix import read_cells, write
+    from .publish import render_reference
+
+    refs = Path(references_root)
+    cells = read_cells(None, refs)
+    for hw, scale in sorted({(c.hardware, c.scale) for c in cells}):
+        print(f"reference {hw}/{scale}", flush=True)
+        render_reference(refs, hw, scale)
     for scale in sorted({c.scale for c in cells}):
-        write_compare(results_root, scale, Path(reports_root) / "compare" / scale)
-    write(results_root, reports_root, Path(reports_root) / "matrix.md")
+        write_compare(None, scale, refs / "reports" / "compare" / scale, references_root=refs)
+    write(None, refs / "reports", refs / "reports" / "matrix.md", references_root=refs)
 
 
 if __name__ == "__main__":

@@ -109,16 +109,26 @@ class Results:
         return known + sorted(found - set(known))
 
 
-def discover(results_root: str | Path, scale: str) -> Results:
-    """Read every ``<results_root>/<hardware>/<scale>/<claim>/`` that holds a verdict.json (a complete folder).
+def discover(results_root: str | Path, scale: str, references_root: str | Path | None = None) -> Results:
+    """Read every ``<results_root>/<hardware>/<scale>/<claim>/`` that holds a verdict.json (a complete folder) and,
+    with ``references_root``, every committed reference's (``<references_root>/results/...``), whose machines are
+    named ``<hardware> (reference)``: a reference never stands in for this checkout's run of the same machine.
 
     Folders whose name starts with ``_`` (``_models``, ``_work``, ``_gpu_check``) are not hardware or claims.
     A folder with a verdict but an unreadable metrics.csv or fingerprint.json raises naming the file."""
-    root = Path(results_root)
     res = Results(scale=scale)
-    if not root.is_dir():
-        log.warning("results folder %s does not exist; nothing to compare", root)
-        return res
+    roots = [(Path(results_root), "")] if results_root is not None else []
+    if references_root is not None:
+        roots.append((Path(references_root) / "results", " (reference)"))
+    for root, suffix in roots:
+        if root.is_dir():
+            _discover_root(res, root, scale, suffix)
+    if not res.hardware:
+        log.warning("no results at scale %s under %s; nothing to compare", scale, ", ".join(str(r) for r, _ in roots))
+    return res
+
+
+def _discover_root(res: Results, root: Path, scale: str, suffix: str) -> None:
     for hw_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
         scale_dir = hw_dir / scale
         if not scale_dir.is_dir():
@@ -127,19 +137,19 @@ def discover(results_root: str | Path, scale: str) -> Results:
                         if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "verdict.json").exists())
         if not claims:
             continue
-        res.hardware.append(hw_dir.name)
+        name = hw_dir.name + suffix
+        res.hardware.append(name)
         for cdir in claims:
-            key = (hw_dir.name, cdir.name)
-            for name in ("metrics.csv", "fingerprint.json"):
-                if not (cdir / name).exists():
-                    raise FileNotFoundError(f"{cdir / name}: missing beside {cdir / 'verdict.json'}")
+            key = (name, cdir.name)
+            for fname in ("metrics.csv", "fingerprint.json"):
+                if not (cdir / fname).exists():
+                    raise FileNotFoundError(f"{cdir / fname}: missing beside {cdir / 'verdict.json'}")
             try:
                 res.metrics[key] = read_metrics(cdir)
                 res.fingerprints[key] = json.loads((cdir / "fingerprint.json").read_text())
                 res.verdicts[key] = json.loads((cdir / "verdict.json").read_text())
             except (ValueError, KeyError, pd.errors.ParserError) as exc:
                 raise ValueError(f"{cdir}: unreadable results ({exc})") from exc
-    return res
 
 
 def _sweep_key(sweep) -> str:
@@ -416,12 +426,13 @@ def perf_claims(results: Results) -> list[str]:
 
 
 def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, reference: str | None = None,
-                  claims: list[str] | None = None) -> list[Path]:
+                  claims: list[str] | None = None, references_root: str | Path | None = None) -> list[Path]:
     """Write ``<out_dir>/<claim>.md`` and ``<claim>.png`` per claim with timing/memory metrics, and
-    ``<out_dir>/index.md``; returns the paths written."""
+    ``<out_dir>/index.md``; returns the paths written. With ``references_root`` the committed references are
+    compared too (named ``<hardware> (reference)``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    results = discover(results_root, scale)
+    results = discover(results_root, scale, references_root)
     if reference is not None and reference not in results.hardware:
         log.warning("reference hardware %r has no results at scale %s; using %r", reference, scale,
                     results.hardware[0] if results.hardware else None)
@@ -464,18 +475,22 @@ def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, ref
                         "claims": sum(1 for (x, _) in results.metrics if x == hw),
                         "latest result": fp.get("timestamp", "")})
     index = [f"# Hardware comparison ({scale} scale)", "",
-             f"Machines with results under `{results_root}/*/{scale}/`; reference machine for ratios: `{ref}`.", "",
+             (f"Machines with results under `{results_root}/*/{scale}/` (this checkout's runs)" if results_root
+              is not None else "Machines of the committed references")
+             + (f", and the committed references under `{references_root}/results/*/{scale}/` (named "
+                f"'<hardware> (reference)')" if references_root is not None else "")
+             + f"; machine the ratios divide by: `{ref}`.", "",
              _md(pd.DataFrame(hw_rows)), "", "## Claims with timing or memory metrics", "",
              _md(pd.DataFrame(index_rows)) if index_rows else
              "No claim has timing or memory metrics at this scale yet.", ""]
-    index += runtime.compare_md(results_root, scale)  # where each machine's run time goes (benchmark files)
+    index += runtime.compare_md(results_root, scale, references_root)  # each machine's run time (benchmark files)
     atomic_write_text(out / "index.md", "\n".join(index))
     written.append(out / "index.md")
     log.info("compare: %d machines, %d claims -> %s", len(results.hardware), len(selected), out)
     return written
 
 
-def rule_inputs(results_dir: str, scale: str, hardware: str, own: list[str]) -> list[str]:
+def rule_inputs(results_dir: str, scale: str, hardware: str, own: list[str], references_dir: str | None = None) -> list[str]:
     """Input of the Snakemake rule (evaluated when the DAG is built): this run's own claims' verdicts ``own``
     plus every other machine's complete results folder of ``scale`` (``<results_dir>/*/<scale>/*/verdict.json``).
 
@@ -491,7 +506,9 @@ def rule_inputs(results_dir: str, scale: str, hardware: str, own: list[str]) -> 
         if hw.startswith("_") or claim.startswith("_") or hw == hardware:
             continue
         found.append(path)
-    return sorted(set(own) | set(found))
+    if references_dir is not None:  # every committed reference of this scale (read-only inputs)
+        found += glob.glob(os.path.join(references_dir, "results", "*", scale, "*", "verdict.json"))
+    return sorted(set(own) | {p for p in found if not p.split(os.sep)[-2].startswith("_")})
 
 
 def main(argv=None) -> int:
@@ -501,9 +518,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="output folder, e.g. reports/compare/<scale>")
     parser.add_argument("--reference", default=None, help="hardware id the other machines are divided by")
     parser.add_argument("--claims", nargs="*", default=None, help="only these claims (default: all found)")
+    parser.add_argument("--references", default=None, help="the committed references (holds results/), compared "
+                                                           "beside this checkout's runs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    write_compare(args.results, args.scale, args.out, args.reference, args.claims)
+    write_compare(args.results, args.scale, args.out, args.reference, args.claims, args.references)
     return 0
 
 

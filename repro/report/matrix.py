@@ -1,13 +1,19 @@
-"""The verdict matrix: every claim x hardware x scale found under ``results/``, the first page of the reports.
+"""The verdict matrix: every claim x hardware x scale of this checkout's runs (``results/``) and of the committed
+references (``references/results/``), the first page of the reports.
 
-Reads every ``results/<hardware>/<scale>/<claim>/verdict.json`` with its ``fingerprint.json`` (one function,
-:func:`read_cells`, is the only reader) and writes ``reports/matrix.md`` (and the same table as HTML for the
-Snakemake report's landing page, :func:`matrix_html`). Each cell shows the verdict, the software behind it (torch,
-triton, CUDA, driver, python) and the commit that measured it.
+Reads every ``<root>/<hardware>/<scale>/<claim>/verdict.json`` with its ``fingerprint.json`` of both sources (one
+function, :func:`read_cells`, is the only reader) and writes ``reports/matrix.md`` (and the same table as HTML for
+the Snakemake report's landing page, :func:`matrix_html`). A column is one source, hardware and scale: a reference
+is labelled ``<hardware> (reference)`` and never stands in for this checkout's run. Each cell shows the verdict,
+where it came from (this run or a reference, the commit that measured it and when; **stale** when the checkout's
+measurement code differs from the code that measured it: repro.report.origin), and the software behind it.
 
 A cell is **flagged** when its verdict differs
 
-- from another machine's verdict for the same claim at the same scale (``kind="machine"``), or
+- from another column's verdict for the same claim at the same scale (``kind="machine"``), labelled by what
+  separates the two measurements (repro.report.origin.difference): a *code* difference when their measurement
+  code keys differ (or either predates the keys), else *config*, *software*, and a *machine* difference only when
+  code, config and software are the same; or
 - from the previous run of the same claim on the same machine and scale (``kind="history"``). Earlier runs are
   read from git: the newest committed version of the same ``verdict.json`` whose timestamp differs from the
   current one (the file as committed before the run that wrote the current one). The flag says what changed
@@ -34,6 +40,7 @@ from pathlib import Path
 from repro import registry
 from repro.bench.records import atomic_write_text
 from repro.report.compare import SOFTWARE_FIELDS, software
+from repro.report.origin import RUN, Origin, Source, difference, origin_of, recorded_keys, sources
 from repro.report.pages import inline_html
 
 log = logging.getLogger("repro.matrix")
@@ -52,10 +59,14 @@ class Flag:
     other_verdict: str
     flipped: list[str] = field(default_factory=list)
     changed: str = ""    # software / commit differences between the two runs
+    difference: str = ""  # machine flags: "code", "config", "software" or "machine" (repro.report.origin)
 
     def text(self) -> str:
         what = (f"**{self.verdict}** here, **{self.other_verdict}** on `{self.against}`" if self.kind == "machine"
                 else f"**{self.verdict}** now, **{self.other_verdict}** in {self.against}")
+        if self.difference:
+            what += f" (a {self.difference} difference" + (": the measurement code differs" if
+                                                            self.difference == "code" else "") + ")"
         parts = [what, "checks flipped: " + ("; ".join(self.flipped) if self.flipped else "none (the verdict rule "
                                                                                               "changed)")]
         if self.changed:
@@ -72,10 +83,32 @@ class Cell:
     fingerprint: dict
     path: Path                                  # the verdict.json
     flags: list[Flag] = field(default_factory=list)
+    source: Source | None = None                # this checkout's runs or the committed references
+    origin: Origin | None = None
 
     @property
     def status(self) -> str:
         return str(self.verdict.get("verdict", "?"))
+
+    @property
+    def kind(self) -> str:
+        return self.source.kind if self.source else RUN
+
+    @property
+    def name(self) -> str:
+        """The column's label: the hardware id, with ' (reference)' for a committed reference."""
+        return self.source.label(self.hardware) if self.source else self.hardware
+
+    @property
+    def column(self) -> tuple[str, str, str]:
+        return self.kind, self.hardware, self.scale
+
+    def page(self) -> Path | None:
+        """The claim page rendered from this cell's results (None when there is none)."""
+        if self.source is None:
+            return None
+        page = self.source.reports / self.hardware / self.scale / f"{self.claim}.md"
+        return page if page.exists() else None
 
     def software(self) -> dict:
         return software(self.fingerprint)
@@ -98,14 +131,22 @@ def judgement(verdict: dict) -> tuple:
     return verdict.get("timestamp"), rejudged.get("timestamp")
 
 
-def read_cells(results_root: str | Path) -> list[Cell]:
-    """Every complete ``<results_root>/<hardware>/<scale>/<claim>/`` (verdict.json and fingerprint.json present).
+def read_cells(results_root: str | Path, references_root: str | Path | None = None,
+               reports_root: str | Path | None = None) -> list[Cell]:
+    """Every complete ``<root>/<hardware>/<scale>/<claim>/`` (verdict.json and fingerprint.json present) of this
+    checkout's runs (``results_root``) and, with ``references_root``, of the committed references.
 
     Folders starting with ``_`` or ``.`` (``_models``, ``_work``, ``_gpu_check``) are skipped; a verdict.json that
     is not valid JSON raises naming the file. This is the one place the matrix reads results."""
     cells = []
-    root = Path(results_root)
-    for path in sorted(glob.glob(os.path.join(str(root), "*", "*", "*", "verdict.json"))):
+    for src in sources(results_root, reports_root, references_root):
+        cells += _read_source(src)
+    return cells
+
+
+def _read_source(src: Source) -> list[Cell]:
+    cells = []
+    for path in sorted(glob.glob(os.path.join(str(src.results), "*", "*", "*", "verdict.json"))):
         vpath = Path(path)
         claim_dir = vpath.parent
         hw, scale, claim = claim_dir.parent.parent.name, claim_dir.parent.name, claim_dir.name
@@ -117,7 +158,8 @@ def read_cells(results_root: str | Path) -> list[Cell]:
             fp = json.loads(fp_path.read_text()) if fp_path.exists() else {}
         except json.JSONDecodeError as exc:
             raise ValueError(f"{claim_dir}: unreadable verdict.json or fingerprint.json ({exc})") from exc
-        cells.append(Cell(hw, scale, claim, verdict, fp, vpath))
+        cells.append(Cell(hw, scale, claim, verdict, fp, vpath, source=src,
+                          origin=origin_of(verdict, src.kind, claim, fp)))
     return cells
 
 
@@ -204,9 +246,10 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
         for c in group:
             for o in group:
                 if o is not c and o.status != c.status:
-                    c.flags.append(Flag("machine", o.hardware, c.status, o.status,
-                                        flipped_checks(c.verdict, o.verdict, f"on {o.hardware}"),
-                                        software_changes(c.fingerprint, o.fingerprint, c.commit(), o.commit(), o.hardware)))
+                    c.flags.append(Flag("machine", o.name, c.status, o.status,
+                                        flipped_checks(c.verdict, o.verdict, f"on {o.name}"),
+                                        software_changes(c.fingerprint, o.fingerprint, c.commit(), o.commit(), o.name),
+                                        difference(recorded_keys(c.verdict), recorded_keys(o.verdict))))
     if history:
         for c in cells:
             prev = previous_run(c)
@@ -227,9 +270,15 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
     return cells
 
 
-def _columns(cells: list[Cell]) -> list[tuple[str, str]]:
-    cols = {(c.hardware, c.scale) for c in cells}
-    return sorted(cols, key=lambda hs: (SCALES.index(hs[1]) if hs[1] in SCALES else 9, hs[1], hs[0]))
+def _columns(cells: list[Cell]) -> list[tuple[str, str, str]]:
+    """(source kind, hardware, scale): by scale, this checkout's runs before the references."""
+    cols = {c.column for c in cells}
+    return sorted(cols, key=lambda k: (SCALES.index(k[2]) if k[2] in SCALES else 9, k[2], k[0] != RUN, k[1]))
+
+
+def _column_label(col: tuple[str, str, str]) -> str:
+    kind, hw, scale = col
+    return f"`{hw}` {scale}" + (" (reference)" if kind != RUN else " (this checkout)")
 
 
 def _rows(cells: list[Cell]) -> list[str]:
@@ -244,9 +293,11 @@ def _software_text(c: Cell) -> str:
     return ", ".join(parts)
 
 
-def build(results_root: str | Path, history: bool = True) -> tuple[list[Cell], list[tuple[str, str]], list[str]]:
-    """Cells (flagged), columns (hardware, scale) and rows (claim ids: registered first, then others found)."""
-    cells = flag_cells(read_cells(results_root), history=history)
+def build(results_root: str | Path, history: bool = True, references_root: str | Path | None = None,
+          reports_root: str | Path | None = None) -> tuple[list[Cell], list[tuple[str, str, str]], list[str]]:
+    """Cells (flagged), columns (source kind, hardware, scale) and rows (claim ids: registered first, then others
+    found)."""
+    cells = flag_cells(read_cells(results_root, references_root, reports_root), history=history)
     return cells, _columns(cells), _rows(cells)
 
 
@@ -266,59 +317,79 @@ LEGEND = ("Verdicts are computed by each claim's rule from its measured numbers 
           "not_applicable (the tiny smoke scale claims nothing).")
 
 
-def matrix_markdown(results_root: str | Path, reports_root: str | Path, history: bool = True) -> str:
-    cells, cols, rows = build(results_root, history)
-    index = {(c.claim, c.hardware, c.scale): c for c in cells}
+def _cell_note(c: Cell) -> str:
+    """Where a cell came from and the software behind it, short."""
+    sw = _software_text(c)
+    return f"{c.origin.short() if c.origin else 'commit ' + c.commit_text()}" + (f"; {sw}" if sw else "")
+
+
+def matrix_markdown(results_root: str | Path, reports_root: str | Path, history: bool = True,
+                    references_root: str | Path | None = None, out_dir: str | Path | None = None) -> str:
+    """The matrix as markdown; page links are relative to ``out_dir`` (default: ``reports_root``)."""
+    cells, cols, rows = build(results_root, history, references_root, reports_root)
+    index = {(c.claim, *c.column): c for c in cells}
     numbers = {id(f): n for n, _, f in _flag_list(cells)}
+    base = Path(out_dir if out_dir is not None else reports_root)
     lines = ["# Verdict matrix: every claim on every machine and scale", "",
-             "The first page of the reports. One column per machine (hardware id) and scale found under "
-             "`results/`, one row per claim; each cell links to the claim's page and names the software and "
-             "commit that measured it. **FLAG [n]** marks a verdict that differs from another machine's at the "
-             "same scale or from the previous run on the same machine (its git history); the flags below name "
-             "the checks that flipped.", "", LEGEND, ""]
+             "The first page of the reports. One column per source, machine (hardware id) and scale: this "
+             "checkout's runs (`results/`) and the committed reference runs (`references/results/`, labelled "
+             "*reference*), one row per claim. Each cell links to the claim's page and says where it came from: "
+             "`run` (this checkout's) or `ref` (a reference), the commit that measured it and when, and **stale** "
+             "when the checkout's measurement code differs from the code that measured it (the verdict is then "
+             "not what this checkout would measure; repro/provenance.py). **FLAG [n]** marks a verdict that "
+             "differs from another column's at the same scale (labelled a code, config, software or machine "
+             "difference) or from the previous committed run of the same reference; the flags below name the "
+             "checks that flipped.", "", LEGEND, ""]
     if not cells:
         lines += ["_No results yet: run `snakemake reproduce_all --cores all`._", ""]
         return "\n".join(lines)
-    header = ["claim"] + [f"`{hw}` {scale}" for hw, scale in cols]
+    header = ["claim"] + [_column_label(col) for col in cols]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for claim in rows:
         code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
         row = [f"{code}{claim}"]
-        for hw, scale in cols:
-            c = index.get((claim, hw, scale))
+        for col in cols:
+            c = index.get((claim, *col))
             if c is None:
                 row.append("-")
                 continue
-            page = Path(reports_root) / hw / scale / f"{claim}.md"
-            verdict = f"[**{c.status}**]({hw}/{scale}/{claim}.md)" if page.exists() else f"**{c.status}**"
+            page = c.page()
+            shown = f"~~{c.status}~~" if c.origin and c.origin.stale else f"**{c.status}**"
+            verdict = f"[{shown}]({os.path.relpath(page, base)})" if page is not None else shown
             flags = " ".join(f"**FLAG [{numbers[id(f)]}](#flags)**" for f in c.flags)
-            row.append(" ".join(x for x in (verdict, flags) if x) + f"<br><sub>{_software_text(c)}; "
-                       f"commit `{c.commit_text()}`</sub>")
+            row.append(" ".join(x for x in (verdict, flags) if x) + f"<br><sub>{_cell_note(c)}</sub>")
         lines.append("| " + " | ".join(row) + " |")
+    stale = [c for c in cells if c.origin and c.origin.stale]
+    if stale:
+        lines += ["", f"Stale cells (struck through): {len(stale)}. " + "; ".join(
+            f"{c.claim} on `{c.name}` {c.scale}: {c.origin.stale}" for c in stale[:12])
+            + ("; ..." if len(stale) > 12 else "")]
     flags = _flag_list(cells)
     lines += ["", "## Flags", ""]
     if flags:
-        lines += [f"{n}. {c.claim} on `{c.hardware}` {c.scale}: {f.text()}" for n, c, f in flags]
+        lines += [f"{n}. {c.claim} on `{c.name}` {c.scale}: {f.text()}" for n, c, f in flags]
     else:
-        lines += ["None: every claim has the same verdict on every machine at each scale, and no cell changed "
+        lines += ["None: every claim has the same verdict in every column at each scale, and no reference changed "
                   "verdict since its previous committed run."]
     lines += ["", "Timing and memory numbers of every machine side by side: `reports/compare/<scale>/`. "
               "Made by `python -m repro.report.matrix` (rule `matrix`, part of `reproduce_all`).", ""]
     return "\n".join(lines)
 
 
-def matrix_html(results_root: str | Path, history: bool = True, link=None) -> str:
+def matrix_html(results_root: str | Path, history: bool = True, link=None, references_root: str | Path | None = None,
+                reports_root: str | Path | None = None) -> str:
     """The same matrix as an HTML fragment (a table and the flag list), for the Snakemake report's landing page.
     ``link(cell)`` gives the href a cell's verdict opens (None: no link); with ``link``, claim names open the
     claim's category of the Snakemake report."""
-    cells, cols, rows = build(results_root, history)
-    index = {(c.claim, c.hardware, c.scale): c for c in cells}
+    cells, cols, rows = build(results_root, history, references_root, reports_root)
+    index = {(c.claim, *c.column): c for c in cells}
     numbers = {id(f): n for n, _, f in _flag_list(cells)}
     esc = html.escape
     if not cells:
         return "<p><em>No results yet: run <code>snakemake reproduce_all --cores all</code>.</em></p>"
     out = ['<table class="repro-matrix"><thead><tr><th>claim</th>']
-    out += [f"<th><code>{esc(hw)}</code><br>{esc(scale)}</th>" for hw, scale in cols]
+    out += [f"<th><code>{esc(hw)}</code><br>{esc(scale)}{'<br>reference' if kind != RUN else '<br>this checkout'}</th>"
+            for kind, hw, scale in cols]
     out.append("</tr></thead><tbody>")
     for claim in rows:
         code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
@@ -326,8 +397,8 @@ def matrix_html(results_root: str | Path, history: bool = True, link=None) -> st
         if link is not None and any(link(c) for c in cells if c.claim == claim):
             name = f"<a href=\"javascript:app.showCategory('{esc(claim)}')\">{name}</a>"
         out.append(f"<tr><th>{name}</th>")
-        for hw, scale in cols:
-            c = index.get((claim, hw, scale))
+        for col in cols:
+            c = index.get((claim, *col))
             if c is None:
                 out.append('<td class="none">-</td>')
                 continue
@@ -336,50 +407,60 @@ def matrix_html(results_root: str | Path, history: bool = True, link=None) -> st
             href = link(c) if link is not None else None
             if href:
                 verdict = f'<a href="{href}">{verdict}</a>'
-            out.append(f'<td class="v-{esc(c.status)}">{verdict}{flags}'
-                       f"<br><small>{esc(_software_text(c))}; commit {esc(c.commit_text())}</small></td>")
+            stale = " stale" if c.origin and c.origin.stale else ""
+            title = f' title="{esc(c.origin.stale)}"' if stale else ""
+            note = esc(_cell_note(c).replace("**", ""))
+            out.append(f'<td class="v-{esc(c.status)}{stale}"{title}>{verdict}{flags}<br><small>{note}</small></td>')
         out.append("</tr>")
     out.append("</tbody></table>")
     flags = _flag_list(cells)
     if flags:
         out.append('<ol class="flags">')
-        out += [f"<li value=\"{n}\">{inline_html(f'{c.claim} on `{c.hardware}` {c.scale}: {f.text()}')}</li>"
+        out += [f"<li value=\"{n}\">{inline_html(f'{c.claim} on `{c.name}` {c.scale}: {f.text()}')}</li>"
                 for n, c, f in flags]
         out.append("</ol>")
     else:
-        out.append("<p>No flags: every claim has the same verdict on every machine at each scale.</p>")
+        out.append("<p>No flags: every claim has the same verdict in every column at each scale.</p>")
     return "".join(out)
 
 
-def rule_inputs(results_dir: str, hardware: str, scale: str, own: list[str]) -> list[str]:
+def rule_inputs(results_dir: str, hardware: str, scale: str, own: list[str],
+                references_dir: str | None = None) -> list[str]:
     """Input of the Snakemake rule: this run's own verdicts plus every complete results folder of every machine
-    and scale found when the DAG is built, except this machine's at this scale (those enter through ``own`` so
-    the matrix never reruns a claim the run did not select)."""
+    and scale found when the DAG is built (this checkout's other runs and the committed references), except this
+    machine's at this scale (those enter through ``own`` so the matrix never reruns a claim the run did not
+    select)."""
     here = os.path.normpath(os.path.join(results_dir, hardware, scale))
-    found = [c.path.as_posix() for c in read_cells(results_dir) if os.path.normpath(c.path.parent.parent) != here]
+    found = [c.path.as_posix() for c in read_cells(results_dir, references_dir)
+             if os.path.normpath(c.path.parent.parent) != here]
     return sorted(set(own) | set(found))
 
 
 def write(results_root: str | Path, reports_root: str | Path, out: str | Path, html_out: str | Path | None = None,
-          history: bool = True) -> Path:
+          history: bool = True, references_root: str | Path | None = None) -> Path:
     out = Path(out)
-    atomic_write_text(out, matrix_markdown(results_root, reports_root, history))
+    atomic_write_text(out, matrix_markdown(results_root, reports_root, history, references_root, out.parent))
     if html_out:
-        atomic_write_text(Path(html_out), matrix_html(results_root, history))
+        atomic_write_text(Path(html_out), matrix_html(results_root, history, references_root=references_root,
+                                                      reports_root=reports_root))
     return out
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m repro.report.matrix", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", required=True, help="results root (holds <hardware>/<scale>/<claim>/)")
+    parser.add_argument("--results", required=True, help="results root of this checkout's runs (holds "
+                                                          "<hardware>/<scale>/<claim>/)")
     parser.add_argument("--reports", default=None, help="reports root the claim pages are under (default: "
                                                         "the folder of --out)")
+    parser.add_argument("--references", default=None, help="the committed references (holds results/ and "
+                                                           "reports/), shown beside this checkout's runs")
     parser.add_argument("--out", required=True, help="the markdown matrix, e.g. reports/matrix.md")
     parser.add_argument("--html", default=None, help="also write the matrix as an HTML fragment here")
     parser.add_argument("--no-history", action="store_true", help="do not compare with earlier runs in git")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    write(args.results, args.reports or Path(args.out).parent, args.out, args.html, not args.no_history)
+    write(args.results, args.reports or Path(args.out).parent, args.out, args.html, not args.no_history,
+          args.references)
     return 0
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from repro import registry
 from repro.report import runtime
+from repro.report.origin import RUN, origin_of
 from repro.bench.records import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
 
 log = logging.getLogger("repro.report")
@@ -148,10 +149,13 @@ def verdict_blocks(verdict: dict) -> list[tuple]:
 
 
 def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
-                 figures: list[tuple[str, str]], fig_dir: Path) -> list[tuple]:
+                 figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN) -> list[tuple]:
     info = registry.claim(claim)
     blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}"), ("quote", info["statement"].strip()),
-                           ("p", "Sources: " + "; ".join(registry.citation(s) for s in info.get("sources", [])))]
+                           ("p", "Sources: " + "; ".join(registry.citation(s) for s in info.get("sources", []))),
+                           ("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
+                            + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
+                               "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))]
     blocks += verdict_blocks(verdict)
     pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
     if len(pub):
@@ -249,13 +253,14 @@ def caption_rst(text: str) -> str:
     return ("{% raw %}\n.. raw:: html\n\n   <p>" + html.escape(" ".join(text.split())) + "</p>\n\n{% endraw %}\n")
 
 
-def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: str | Path) -> Path:
+def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: str | Path, kind: str = RUN) -> Path:
     """Write the claim's page (``page``, markdown, and the same page as self-contained HTML beside it), its figures
-    into ``fig_dir`` and one caption file per figure (``fig_dir/captions/<figure>.rst``, used by the report)."""
+    into ``fig_dir`` and one caption file per figure (``fig_dir/captions/<figure>.rst``, used by the report).
+    ``kind``: whether the results are this checkout's run or a committed reference (the page says which)."""
     results_dir, page, fig_dir = Path(results_dir), Path(page), Path(fig_dir)
     verdict, fp, metrics = read_results(results_dir)
     figures = make_plots(claim, metrics, results_dir, verdict, fig_dir)
-    blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir)
+    blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir, kind)
     atomic_write_text(page, render_markdown(blocks, page.parent))
     title = f"{claim} on {verdict.get('hardware')} ({verdict.get('scale')}): {verdict['verdict']}"
     atomic_write_text(page.with_suffix(".html"), render_html(blocks, title))
@@ -266,13 +271,15 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
     return page
 
 
-def index_page(results_root: str | Path, reports_root: str | Path, hardware: str, scale: str, out: str | Path) -> Path:
-    """Every registered claim with its verdict on this hardware and scale; a claim without results shows
-    ``not run`` when it is implemented (registry.implemented_claims) and ``not_implemented`` when it has none."""
+def index_page(results_root: str | Path, reports_root: str | Path, hardware: str, scale: str, out: str | Path,
+               kind: str = RUN) -> Path:
+    """Every registered claim with its verdict on this hardware and scale and where it came from (this checkout's
+    run or a reference, commit, time, stale); a claim without results shows ``not run`` when it is implemented
+    (registry.implemented_claims) and ``not_implemented`` when it has none."""
 
     res = Path(results_root) / hardware / scale
     rows = []
-    when = "measured at (UTC)"
+    when = "measured by"
     implemented = set(registry.implemented_claims())
     for claim in registry.claim_ids():
         info = registry.claim(claim)
@@ -281,7 +288,8 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
             v = read_verdict(vpath)
             reason = v["reason"].replace("|", "/").replace("\n", " ")
             rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
-                         "verdict": f"**{v['verdict']}**", "reason": shorten(reason), when: v.get("timestamp", "")})
+                         "verdict": f"**{v['verdict']}**", "reason": shorten(reason),
+                         when: origin_of(v, kind, claim).short()})
         elif claim in implemented:
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not run",
                          "reason": f"no results for this hardware and scale yet: snakemake claim_{claim} "
@@ -293,8 +301,11 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
     out = Path(out)
     matrix = os.path.relpath(Path(reports_root) / "matrix.md", out.parent)
     counts = frame["verdict"].str.strip("*").value_counts().to_dict()
-    lines = [f"# Reproduction index: hardware `{hardware}`, scale `{scale}`", "",
+    title = "committed reference run" if kind != RUN else "this checkout's run"
+    lines = [f"# Reproduction index: hardware `{hardware}`, scale `{scale}` ({title})", "",
              "Verdicts are computed by each claim's rule from its measured numbers (repro/claims/<id>.py). "
+             "`measured by`: `run` (this checkout's results/) or `ref` (a committed reference), the commit that "
+             "measured the claim and when (UTC); **stale** when the checkout's measurement code differs. "
              f"Every machine and scale side by side: [the verdict matrix]({matrix}). A reason cut short "
              "ends in (...); the claim's page has it in full.", "",
              "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame), ""]

@@ -3,9 +3,10 @@ per claim (one report category each), the claim's HTML page (verdict, reason, ch
 paper, figures inline) and its figures with captions written from the results.
 
 In report mode the Snakefile runs nothing: its only rule takes as input the pages and figures that exist under
-``reports/`` for every machine and scale (this machine's run, or the committed reference results on a fresh
-checkout), so the report never needs job metadata of files it did not make (no "missing metadata" warnings) and
-never fails on a machine that has not run yet; the landing page says so when this machine has no results.
+``reports/`` (this checkout's runs) and ``references/reports/`` (the committed references, labelled as such) for
+every machine and scale, so the report never needs job metadata of files it did not make (no "missing metadata"
+warnings) and never fails on a machine that has not run yet; the landing page says so when this machine has no
+results.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ vertical-align:top;text-align:left}
 .repro-landing .v-reproduced{background:#e6f4ea}.repro-landing .v-partially{background:#fff6d5}
 .repro-landing .v-not_reproduced{background:#fde2e1}.repro-landing .v-inconclusive{background:#ececec}
 .repro-landing .flag{color:#b00020;font-weight:700}
+.repro-landing td.stale{opacity:.5;filter:grayscale(1)}
 </style>"""
 
 
@@ -54,14 +56,18 @@ def pages(reports_root: str | Path) -> list[tuple[str, str, str, Path]]:
     return out
 
 
-def report_inputs(reports_root: str | Path) -> list:
-    """The report's items: every claim page (HTML) and figure (PNG, caption from ``captions/<figure>.rst``), as
-    Snakemake ``report()`` inputs, category = claim id, subcategory = hardware and scale."""
+def report_inputs(reports_root: str | Path, references_root: str | Path | None = None) -> list:
+    """The report's items: every claim page (HTML) and figure (PNG, caption from ``captions/<figure>.rst``) of this
+    checkout's runs and of the committed references, as Snakemake ``report()`` inputs, category = claim id,
+    subcategory = hardware and scale (``, reference`` for a reference)."""
     from snakemake.io import report
 
     items = []
-    for hw, scale, claim, page in pages(reports_root):
-        sub = f"{hw} ({scale})"
+    found = [(p, "") for p in pages(reports_root)]
+    if references_root is not None:
+        found += [(p, ", reference") for p in pages(Path(references_root) / "reports")]
+    for (hw, scale, claim, page), suffix in found:
+        sub = f"{hw} ({scale}{suffix})"
         items.append(report(page.as_posix(), category=claim, subcategory=sub,
                             labels={"hardware": hw, "scale": scale, "item": "page: verdict, checks, setup, figures"}))
         fig_dir = page.with_suffix("")
@@ -79,22 +85,27 @@ def _open_page_js(page: Path) -> str:
             f"resultPath:{key}}})").replace('"', "&quot;")
 
 
-def landing_html(results_root: str | Path, reports_root: str | Path, hardware: str, scale: str) -> str:
+def landing_html(results_root: str | Path, reports_root: str | Path, hardware: str, scale: str,
+                 references_root: str | Path | None = None) -> str:
     """The landing page: this machine's status, the verdict matrix (cells open the claim pages), and how to read it.
     One line of HTML (it is embedded in reST as a raw block)."""
-    found = {(hw, sc, claim): page for hw, sc, claim, page in pages(reports_root)}
-    mine = [k for k in found if k[0] == hardware and k[1] == scale]
+    found = {("run", hw, sc, claim): page for hw, sc, claim, page in pages(reports_root)}
+    if references_root is not None:
+        found.update({("reference", hw, sc, claim): page
+                      for hw, sc, claim, page in pages(Path(references_root) / "reports")})
+    mine = [k for k in found if k[:3] == ("run", hardware, scale)]
     if mine:
         status = (f"<p>This machine (<code>{html.escape(hardware)}</code>) has results at scale "
                   f"<code>{html.escape(scale)}</code>; the matrix shows them beside every other machine's.</p>")
     else:
         status = (f"<p><strong>This machine (<code>{html.escape(hardware)}</code>) has no results at scale "
                   f"<code>{html.escape(scale)}</code> yet</strong> (run <code>snakemake reproduce_all --cores all"
-                  f"</code>, then <code>snakemake --report report.html</code>). The report shows the results "
-                  f"committed under <code>{html.escape(str(results_root))}/</code> for the machines below.</p>")
+                  f"</code>, then <code>snakemake --report report.html</code>). The report shows the committed "
+                  f"reference runs (<code>{html.escape(str(references_root))}/</code>, labelled reference) for the "
+                  f"machines below.</p>")
 
     def link(cell) -> str | None:
-        page = found.get((cell.hardware, cell.scale, cell.claim))
+        page = found.get((cell.kind, cell.hardware, cell.scale, cell.claim))
         return _open_page_js(page) if page is not None else None
 
     claims = [c for c in registry.claim_ids()]
@@ -102,7 +113,7 @@ def landing_html(results_root: str | Path, reports_root: str | Path, hardware: s
              "what the verdict means, figures); every claim is also a category in the menu (Results), with its "
              "figures and their captions.</p>")
     body = (f'<div class="repro-landing"><h1>Verdict matrix: every claim on every machine and scale</h1>{status}'
-            f"{guide}{matrix_html(results_root, link=link)}"
+            f"{guide}{matrix_html(results_root, link=link, references_root=references_root, reports_root=reports_root)}"
             f"<p>Registered claims: {html.escape(', '.join(claims))}. The same matrix in markdown: "
             f"<code>{html.escape(str(reports_root))}/matrix.md</code>.</p></div>")
     # one line per table row / block (docutils refuses lines over 10,000 characters; report/workflow.rst indents

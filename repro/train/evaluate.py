@@ -15,10 +15,12 @@ import json
 import logging
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from repro import provenance
 from repro.bench.records import check, metric, verdict_from_checks, write_results
 from repro.cli import add_params_arguments, load_params, setup_logging
 from repro.train.bleu import bleu_report
@@ -108,14 +110,19 @@ def main(argv=None) -> int:
     ap.add_argument("--model", required=True, type=Path, help="model folder (checkpoint_last.pt)")
     ap.add_argument("--lm", type=Path, default=None, help="LM folder, to report its validation perplexity")
     ap.add_argument("--out", required=True, type=Path, help="results folder")
+    ap.add_argument("--keys", default=None, metavar="JSON",
+                    help="the provenance keys the workflow computed (repro.provenance); default: computed here")
     a = ap.parse_args(argv)
     setup_logging()
     params = load_params(ap, CLAIM, a.scale, a.params)
     a.out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
+    t0, started = time.time(), datetime.now(timezone.utc).isoformat(timespec="seconds")
+    keys = json.loads(a.keys) if a.keys else provenance.artefact_keys("translation_evaluate",
+                                                                      json.loads(a.params) if a.params else params)
     rows, verdict = evaluate(params, a.scale, a.model, a.out, a.lm)
     verdict = {**verdict, "runtime_s": round(time.time() - t0, 1)}
-    write_results(a.out, claim=CLAIM, scale=a.scale, metrics=rows, verdict=verdict, config=params)
+    write_results(a.out, claim=CLAIM, scale=a.scale, metrics=rows, verdict=verdict, config=params, keys=keys,
+                  inputs={"model": a.model, **({"lm": a.lm} if a.lm else {})}, started=started)
     log.info("translation: %s (%s)", verdict["verdict"], verdict["reason"][:300])
     return 0
 

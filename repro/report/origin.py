@@ -1,0 +1,108 @@
+"""Where a verdict came from, for every page, index row and matrix cell: this checkout's run (``results/``) or a
+committed reference (``references/results/``), which commit measured it and when, which judged it, and whether the
+measurement code has changed since (stale: the checkout would measure something else; repro.provenance).
+
+The two sources are read side by side and never mixed: :func:`sources` lists them, a column of the matrix or the
+hardware comparison is one (source, hardware, scale), and a reference is labelled ``<hardware> (reference)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from repro import provenance
+
+RUN, REFERENCE = "run", "reference"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One results tree: ``results`` (holds <hardware>/<scale>/<claim>/) and the ``reports`` tree its pages are in."""
+    kind: str       # RUN or REFERENCE
+    results: Path
+    reports: Path
+
+    def label(self, hardware: str) -> str:
+        return hardware if self.kind == RUN else f"{hardware} (reference)"
+
+
+def sources(results_root: str | Path | None, reports_root: str | Path | None,
+            references_root: str | Path | None = None) -> list[Source]:
+    """This checkout's runs (none when ``results_root`` is None: the references' own matrix), then the committed
+    references (``references_root/results`` and ``/reports``)."""
+    out = [Source(RUN, Path(results_root), Path(reports_root or Path(results_root).parent / "reports"))] \
+        if results_root is not None else []
+    if references_root is not None and (results_root is None or
+                                        Path(references_root).resolve() != Path(results_root).resolve()):
+        out.append(Source(REFERENCE, Path(references_root) / "results", Path(references_root) / "reports"))
+    return out
+
+
+def recorded_keys(verdict: dict) -> dict:
+    """The provenance keys a verdict.json records for its measurement ({} when it predates them)."""
+    prov = verdict.get("provenance") if isinstance(verdict.get("provenance"), dict) else {}
+    return dict((prov.get("measured") or {}).get("keys") or {})
+
+
+@dataclass
+class Origin:
+    kind: str                      # RUN or REFERENCE
+    hardware: str
+    commit: str | None             # the commit that measured
+    dirty: bool | None
+    measured_at: str | None        # start of the measurement (UTC)
+    judged_commit: str | None
+    judged_at: str | None
+    stale: str | None              # why the checkout would measure something else (None: fresh)
+    keys: dict
+
+    def commit_short(self) -> str:
+        return (self.commit or "?")[:7] + ("+dirty" if self.dirty else "")
+
+    def date(self) -> str:
+        return (self.measured_at or "?").replace("T", " ").replace("+00:00", " UTC")
+
+    def text(self) -> str:
+        """One line: 'this checkout's run: measured at commit abc1234 on 2026-12-02 06:10:00 UTC' or
+        'reference (committed): measured on cpu-x at commit abc1234 on ...; STALE: ...'."""
+        who = "this checkout's run" if self.kind == RUN else f"reference run of `{self.hardware}`, committed"
+        line = f"{who}: measured at commit `{self.commit_short()}` on {self.date()}"
+        if self.judged_commit and self.judged_commit != self.commit:
+            line += f", judged at commit `{self.judged_commit[:7]}`"
+        if self.stale:
+            line += f"; **stale**: {self.stale} (the checkout's code would measure it anew)"
+        return line
+
+    def short(self) -> str:
+        """A cell's note: 'run abc1234 12-02 06:10' or 'ref abc1234 2026-12-01', with 'stale' when it is."""
+        when = (self.measured_at or "")[:16].replace("T", " ")
+        text = f"{'run' if self.kind == RUN else 'ref'} {self.commit_short()} {when}".strip()
+        return text + (" **stale**" if self.stale else "")
+
+
+def origin_of(verdict: dict, kind: str, claim: str, fingerprint: dict | None = None) -> Origin:
+    prov = verdict.get("provenance") if isinstance(verdict.get("provenance"), dict) else {}
+    measured, judged = prov.get("measured") or {}, prov.get("judged") or {}
+    rejudged = verdict.get("rejudged") if isinstance(verdict.get("rejudged"), dict) else {}
+    git = (fingerprint or {}).get("git") or {}
+    keys = recorded_keys(verdict)
+    return Origin(kind=kind, hardware=str(verdict.get("hardware") or ""),
+                  commit=measured.get("commit") or verdict.get("commit") or git.get("commit"),
+                  dirty=measured.get("dirty", git.get("dirty")),
+                  measured_at=measured.get("started") or verdict.get("timestamp"),
+                  judged_commit=judged.get("commit") or rejudged.get("commit"),
+                  judged_at=judged.get("timestamp") or rejudged.get("timestamp"),
+                  stale=provenance.stale_because(keys, claim), keys=keys)
+
+
+def difference(a: dict, b: dict) -> str:
+    """What separates two measurements by their recorded keys: 'code' (the measurement code differs, or either
+    predates the keys), 'config', 'software', else 'machine' (same code, config and software: only the machine
+    differs)."""
+    if not a.get("code") or not b.get("code") or a["code"] != b["code"]:
+        return "code"
+    if a.get("config") != b.get("config"):
+        return "config"
+    if a.get("software") != b.get("software"):
+        return "software"
+    return "machine"

@@ -1,0 +1,146 @@
+"""Publish one run as a committed reference: ``python -m repro.report publish --hardware HW --scale S``.
+
+The maintainers' deliberate step (README, "Reference results"): a reference is what a clean checkout measured,
+whole, so it refuses
+
+- a dirty work tree (tracked changes or untracked files outside the ignored results/ and reports/),
+- a run with mixed commits, or measured or judged at another commit than HEAD, or on a dirty tree,
+- a result the checkout would measure anew (stale: its measurement code key differs; repro.provenance), a result
+  without provenance keys, or one measured with other parameters than the scale's config (overrides),
+- a run missing a claim that the registry implements, or the translation benchmark the claims are built on.
+
+Then it replaces ``references/results/<hw>/<scale>/`` with the run's result files (each claim folder without its
+scratch, and the per-rule benchmark files), renders their pages into ``references/reports/<hw>/<scale>/`` (marked
+as a reference), and remakes the references' own matrix and hardware comparison (``references/reports/matrix.md``,
+``references/reports/compare/<scale>/``). Nothing under results/ or reports/ changes; no run ever writes into
+references/.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from repro import config, provenance, registry
+from repro.bench.records import read_verdict
+from repro.report.origin import REFERENCE, recorded_keys
+
+SKIP_DIRS = ("_models", "_work", "_keys", "_bench")
+SKIP_FILES = (".lock",)
+
+
+class PublishError(Exception):
+    """The run cannot become a reference; the message says why and what to do."""
+
+
+def _git(*args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=provenance.ROOT, capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise PublishError(f"git {' '.join(args)} failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+def default_config_key(claim: str, scale: str) -> str | None:
+    """The config key of the scale's own parameters (no overrides), as the workflow computes it."""
+    try:
+        if claim == "translation":
+            return provenance.artefact_keys("translation_evaluate", config.section("translation", scale))["config"]
+        params = config.section(claim, scale)
+        params.update({s: config.section(s, scale) for s in config.workflow_spec(claim, scale)["sections"]})
+    except config.ConfigError:
+        return None
+    return provenance.keys({"code": "", "judge": ""}, params)["config"]
+
+
+def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None) -> list[str]:
+    """The claims (and the translation benchmark) of one run folder, after checking each can be published;
+    ``only``: just these claims (a paper-scale run of some claims)."""
+    claims = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    wanted = set(only) if only else set(registry.implemented_claims()) | {"translation"}
+    claims = [c for c in claims if c in wanted]
+    missing = sorted(wanted - set(claims))
+    if missing:
+        raise PublishError(f"{folder}: no results for {', '.join(missing)}; a reference is a whole run "
+                           f"(snakemake reproduce_all --config scale={scale})")
+    problems = []
+    for claim in claims:
+        v = read_verdict(folder / claim / "verdict.json")
+        prov = v.get("provenance") or {}
+        measured, judged = prov.get("measured") or {}, prov.get("judged") or {}
+        keys = recorded_keys(v)
+        if measured.get("commit") != head or judged.get("commit") != head:
+            problems.append(f"{claim}: measured at {str(measured.get('commit'))[:7]}, judged at "
+                            f"{str(judged.get('commit'))[:7]}, not HEAD {head[:7]}")
+        elif measured.get("dirty") or judged.get("dirty"):
+            problems.append(f"{claim}: measured or judged on a dirty tree")
+        stale = provenance.stale_because(keys, claim)
+        if stale:
+            problems.append(f"{claim}: {stale}")
+        elif keys.get("config") != default_config_key(claim, scale):
+            problems.append(f"{claim}: measured with other parameters than config/claims/{claim}.yaml [{scale}] "
+                            f"(overrides?)")
+    if problems:
+        raise PublishError(f"{folder} cannot be published: " + "; ".join(problems)
+                           + ". Rerun it from a clean checkout of HEAD.")
+    return claims
+
+
+def _copy_run(src: Path, dst: Path, claims: list[str], whole: bool) -> None:
+    if whole and dst.exists():
+        shutil.rmtree(dst)
+    for claim in claims:
+        if (dst / claim).exists():
+            shutil.rmtree(dst / claim)
+        for f in sorted((src / claim).rglob("*")):
+            rel = f.relative_to(src / claim)
+            if not f.is_file() or f.name.startswith(".") or f.name in SKIP_FILES or f.name.endswith(".runs.json"):
+                continue
+            (dst / claim / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst / claim / rel)
+    bench = src / "_benchmarks"
+    if bench.is_dir():
+        shutil.copytree(bench, dst / "_benchmarks", dirs_exist_ok=True)
+
+
+def publish(hardware: str, scale: str, results_root: str | Path = "results",
+            references_root: str | Path = "references", check_tree: bool = True,
+            claims: list[str] | None = None) -> Path:
+    """Copy ``results_root/<hardware>/<scale>/`` into the references (checked first; see the module) and render
+    its pages; returns the reference folder. ``claims``: publish only these (replacing only their folders), for a
+    run of some claims (e.g. the speed claims at paper scale on a GPU)."""
+    from repro.report.compare import write_compare
+    from repro.report.matrix import write
+
+    src = Path(results_root) / hardware / scale
+    if not src.is_dir():
+        raise PublishError(f"{src}: no such run")
+    head = _git("rev-parse", "HEAD").strip()
+    if check_tree:
+        dirty = _git("status", "--porcelain").strip()
+        if dirty:
+            raise PublishError(f"the work tree is not clean ({len(dirty.splitlines())} changed or untracked "
+                               f"paths, e.g. {dirty.splitlines()[0].strip()}); commit first, then rerun the run")
+    names = check_run(src, scale, head, claims)
+    refs = Path(references_root)
+    dst = refs / "results" / hardware / scale
+    _copy_run(src, dst, names, whole=not claims)
+    rep = refs / "reports" / hardware / scale
+    if rep.exists() and not claims:
+        shutil.rmtree(rep)
+    render_reference(refs, hardware, scale)
+    write(None, refs / "reports", refs / "reports" / "matrix.md", references_root=refs)
+    write_compare(None, scale, refs / "reports" / "compare" / scale, reference=f"{hardware} (reference)",
+                  references_root=refs)
+    return dst
+
+
+def render_reference(refs: Path, hardware: str, scale: str) -> None:
+    """The pages and index of one reference run (``references/reports/<hw>/<scale>/``), marked as a reference."""
+    from repro.report import pages
+
+    res, rep = refs / "results" / hardware / scale, refs / "reports" / hardware / scale
+    implemented = set(registry.implemented_claims())
+    for cdir in sorted(p for p in res.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
+        if cdir.name in implemented:
+            pages.claim_page(cdir.name, cdir, rep / f"{cdir.name}.md", rep / cdir.name, kind=REFERENCE)
+    pages.index_page(refs / "results", refs / "reports", hardware, scale, rep / "index.md", kind=REFERENCE)

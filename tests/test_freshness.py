@@ -1,0 +1,130 @@
+"""Freshness by content (repro.provenance): a result is kept only while the checkout would measure the same.
+
+The workflow runs in a copy of the source tree, so the test can edit a claim's code: a change to its measurement
+code (or its config) reruns the measuring job; a change to its judge only re-judges (the claim_verdict job), the
+measurement's files untouched; nothing changed, nothing runs."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from repro import provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+CLAIM = "block_numerics"
+
+
+def _copy_tree(dst: Path) -> Path:
+    for name in ("Snakefile", "pyproject.toml", "environment.yml"):
+        shutil.copy2(ROOT / name, dst / name)
+    for name in ("repro", "workflows", "config", "report"):
+        shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def _smk(src: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src)}  # the copy's repro, not the installed checkout's
+    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(src / "Snakefile"), f"claim_{CLAIM}",
+                           "--cores", "1", "--config", "scale=tiny", "hardware=fresh-hw",
+                           f"references_dir={src / 'references'}", *args],
+                          cwd=src, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _jobs(text: str) -> list[str]:
+    return re.findall(r"^(?:local)?rule (\w+):", text, flags=re.M)
+
+
+def _edit_function(path: Path, name: str, line: str) -> None:
+    """Insert ``line`` (a statement with no effect) as the first statement of top-level function ``name``."""
+    text = path.read_text()
+    m = re.search(rf"^def {name}\(.*?\).*?:\n(    \"\"\".*?\"\"\"\n)?", text, flags=re.M | re.S)
+    assert m, name
+    path.write_text(text[:m.end()] + f"    {line}\n" + text[m.end():])
+
+
+def test_measure_and_judge_keys_follow_the_code(tmp_path):
+    src = _copy_tree(tmp_path)
+    res = src / "results/fresh-hw/tiny" / CLAIM
+    r = _smk(src)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert {"claim", "claim_verdict"} <= set(_jobs(r.stdout + r.stderr))
+    measured = json.loads((res / "measured.json").read_text())
+    judged = json.loads((res / "verdict.json").read_text())["provenance"]["judged"]
+    metrics_mtime = (res / "metrics.csv").stat().st_mtime_ns
+
+    r = _smk(src)  # nothing changed: nothing to do
+    assert r.returncode == 0 and not {"claim", "claim_verdict"} & set(_jobs(r.stdout + r.stderr)), r.stdout
+
+    # the judge only: re-judged, not measured again
+    _edit_function(src / f"repro/claims/{CLAIM}.py", "judge", "_judge_edited = True")
+    r = _smk(src)
+    jobs = set(_jobs(r.stdout + r.stderr))
+    assert r.returncode == 0 and "claim_verdict" in jobs and "claim" not in jobs, r.stdout[-3000:]
+    assert (res / "metrics.csv").stat().st_mtime_ns == metrics_mtime
+    assert json.loads((res / "measured.json").read_text()) == measured
+    verdict = json.loads((res / "verdict.json").read_text())
+    assert verdict["provenance"]["judged"]["judge_key"] != judged["judge_key"]
+    assert verdict["provenance"]["judged"]["timestamp"] >= judged["timestamp"]
+
+    # the measurement code: measured again
+    _edit_function(src / f"repro/claims/{CLAIM}.py", "run", "_run_edited = True")
+    r = _smk(src)
+    jobs = set(_jobs(r.stdout + r.stderr))
+    assert r.returncode == 0 and {"claim", "claim_verdict"} <= jobs, r.stdout[-3000:]
+    again = json.loads((res / "measured.json").read_text())
+    assert again["keys"]["code"] != measured["keys"]["code"] and again["started"] >= measured["started"]
+
+    # a module the claim imports (the shared block) is measurement code too
+    with open(src / "repro/model/norms.py", "a") as fh:
+        fh.write("\n_edited = True\n")
+    r = _smk(src)
+    assert r.returncode == 0 and "claim" in _jobs(r.stdout + r.stderr), r.stdout[-3000:]
+
+    # its config: measured again
+    r = _smk(src, "overrides={block_numerics: {chain_depth: 12}}")
+    assert r.returncode == 0 and "claim" in _jobs(r.stdout + r.stderr), r.stdout[-3000:]
+    assert json.loads((res / "config.json").read_text())["config"]["chain_depth"] == 12
+
+
+def test_split_claim_module_separates_the_judge(tmp_path):
+    module = tmp_path / "claim.py"
+    module.write_text(
+        "import math\n\n"
+        "def helper(x):\n    return x + 1\n\n"
+        "def only_judge(x):\n    return x > 0\n\n"
+        "def judge(rows, params, scale):\n    return only_judge(helper(1))\n\n"
+        "def run(params, scale, out):\n    rows = [helper(2)]\n    return rows, judge(rows, params, scale)\n\n"
+        "if __name__ == '__main__':\n    run({}, 'tiny', None)\n")
+    measure, judge = provenance.split_claim_module(module)
+    assert "def only_judge" in judge and "def judge" in judge and "def helper" not in judge
+    assert "def helper" in measure and "def run" in measure and "def judge" not in measure
+
+
+def test_closure_follows_imports_and_stops_at_the_judge_side():
+    files = {p.relative_to(ROOT).as_posix() for p in provenance.module_closure(("repro.claims.block_numerics",))}
+    assert {"repro/claims/block_numerics.py", "repro/model/block.py", "repro/bench/records.py",
+            "repro/model/__init__.py"} <= files
+    assert not {"repro/verdicts.py", "repro/registry/__init__.py", "repro/provenance.py"} & files
+    keys = provenance.claim_keys(CLAIM, {"a": 1})
+    assert keys["code"] == provenance.claim_keys(CLAIM, {"a": 2})["code"]
+    assert keys["config"] != provenance.claim_keys(CLAIM, {"a": 2})["config"]
+    assert keys["measure"] != provenance.claim_keys(CLAIM, {"a": 2})["measure"]
+
+
+def test_stale_because_names_what_changed():
+    now = provenance.claim_keys(CLAIM, {})
+    assert provenance.stale_because(now, CLAIM) is None
+    assert "before provenance keys" in provenance.stale_because({}, CLAIM)
+    old = {**now, "code": "0" * 64, "code_files": {**now["code_files"], "repro/model/block.py": "x"}}
+    assert provenance.stale_because(old, CLAIM) == "measurement code changed since: model/block.py"
+
+
+def test_write_stamp_keeps_an_unchanged_key(tmp_path):
+    stamp = tmp_path / "_keys" / "c.measure"
+    assert provenance.write_stamp(stamp, "k1")
+    before = stamp.stat().st_mtime_ns
+    assert not provenance.write_stamp(stamp, "k1") and stamp.stat().st_mtime_ns == before
+    assert provenance.write_stamp(stamp, "k2") and stamp.read_text().strip() == "k2"
