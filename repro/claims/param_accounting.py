@@ -67,7 +67,7 @@ def measure(spec: dict, bits: list[int]) -> dict[str, float]:
     q["block_ffn_weight_fraction"] = ffn_w / (ffn_w + att_w)  # Geva et al.: weights only, no biases/norms
     # one head: its rows of Q, K, V (weights and biases) and its columns of the output projection
     dh, d = attn.head_dim, cfg.block.d_model
-    per_head = (dh * d + (dh if cfg.block.bias else 0)) * (1 + 2 * attn.n_kv_heads / attn.n_heads) + d * dh
+    per_head = (dh * d + (dh if cfg.block.use_qkv_bias else 0)) * (1 + 2 * attn.n_kv_heads / attn.n_heads) + d * dh
     q["head_share"] = 100.0 * per_head / block["attention"]
     for b in bits:
         q[f"weights_gb_{b}"] = total * b / 8 / 1e9
