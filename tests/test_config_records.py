@@ -137,7 +137,7 @@ def test_rejudge_applies_the_current_rule_to_stored_measurements(tmp_path):
 
     from repro.config import ROOT
 
-    src = ROOT / "results" / "cpu-amd-epyc-2c" / "default" / "param_accounting"
+    src = ROOT / "references" / "results" / "cpu-amd-epyc-2c" / "default" / "param_accounting"
     out = tmp_path / "param_accounting"
     shutil.copytree(src, out)
     before = (out / "metrics.csv").read_bytes(), (out / "fingerprint.json").read_bytes()

@@ -61,7 +61,7 @@ IMAGE_WIDTHS = "return Array.from(document.images).map(i => [i.alt.slice(0, 60),
 
 def test_report_in_headless_chromium(tmp_path):
     driver = _driver(tmp_path)
-    results, reports = ROOT / "results", ROOT / "reports"
+    results, reports = ROOT / "references" / "results", ROOT / "references" / "reports"
     claim_pages = pages(reports)
     assert claim_pages, "no claim pages (reports/<hw>/<scale>/<claim>.html) committed"
     expected = {(hw, scale, claim): json.loads((results / hw / scale / claim / "verdict.json").read_text())["verdict"]
@@ -69,7 +69,8 @@ def test_report_in_headless_chromium(tmp_path):
     report = tmp_path / "report.html"
     t0 = time.time()
     r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
-                        "--config", f"results_dir={results}", f"reports_dir={reports}", "--report", str(report)],
+                        "--config", f"results_dir={tmp_path / 'results'}", f"reports_dir={tmp_path / 'reports'}",
+                        f"references_dir={ROOT / 'references'}", "--report", str(report)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "missing metadata" not in (r.stdout + r.stderr).lower()

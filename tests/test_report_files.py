@@ -97,7 +97,7 @@ def test_declared_files_recorded_checked_and_refused_otherwise(tmp_path):
 def _committed_results() -> dict[str, Path]:
     """One committed results folder per claim that has a plot module (default scale, first machine found)."""
     found: dict[str, Path] = {}
-    for v in sorted((ROOT / "results").glob("*/default/*/verdict.json")):
+    for v in sorted((ROOT / "references" / "results").glob("*/default/*/verdict.json")):
         claim = v.parent.name
         if claim in registry.claim_ids() and (ROOT / "repro" / "report" / "plots" / f"{claim}.py").exists():
             found.setdefault(claim, v.parent)
