@@ -108,20 +108,21 @@ class Run:
         holds, so it becomes newer than the results made before and Snakemake reruns exactly what depends on it
         (the measuring job for a measure key, the judging job only for a judge key). Unchanged keys leave the
         stamps, and so the results, alone."""
-        written = []
+        stamps = []
         for claim in self.cfg["claims"]:
             if claim in self.claims_with_workflow:
                 keys = self.keys(claim)
-                for kind in ("measure", "judge"):
-                    if provenance.write_stamp(self.stamp(claim, kind), keys[kind]):
-                        written.append(f"{claim}.{kind}")
+                stamps += [(f"{claim}.{kind}", self.stamp(claim, kind), keys[kind]) for kind in ("measure", "judge")]
         if (self.basedir / "workflows" / "translation.smk").exists() and self.uses_translation():
-            for job in provenance.ARTEFACT_CODE:
-                if provenance.write_stamp(self.stamp(job), self.artefact_keys(job)["measure"]):
-                    written.append(f"{job}.measure")
-        if written:
-            print(f"repro: new keys (code, config or software changed, or first run) for {', '.join(written)}: "
-                  f"what depends on them reruns", file=sys.stderr)
+            stamps += [(f"{job}.measure", self.stamp(job), self.artefact_keys(job)["measure"])
+                       for job in provenance.ARTEFACT_CODE]
+        changed = [name for name, path, key in stamps if Path(path).exists() and provenance.write_stamp(path, key)]
+        new = [name for name, path, key in stamps if not Path(path).exists() and provenance.write_stamp(path, key)]
+        if changed:
+            print(f"repro: changed keys (code, config or software) for {', '.join(changed)}: what depends on them "
+                  f"reruns", file=sys.stderr)
+        if new:
+            print(f"repro: first keys for {len(new)} jobs of {self.hw}/{self.scale}", file=sys.stderr)
 
     def workflow_files(self) -> list[str]:
         """The shared-artefact and hardware-comparison rules (workflows/<name>.smk); claims need none of their own."""
