@@ -65,7 +65,7 @@ def test_publish_copies_a_clean_run_and_renders_it_as_a_reference(tmp_path, meas
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"measured__commit": "b" * 40}, "not HEAD"),
+    ({"judged__commit": "b" * 40}, "not HEAD"),
     ({"judged__dirty": True}, "dirty tree"),
     ({"keys__code": "0" * 64}, "measurement code changed since"),
     ({"keys__config": "0" * 64}, "other parameters"),
@@ -75,6 +75,20 @@ def test_publish_refuses_what_is_not_a_clean_fresh_run_of_head(tmp_path, measure
     with pytest.raises(pub.PublishError, match=message):
         pub.publish("pub-hw", "tiny", res, tmp_path / "references", claims=[CLAIM])
     assert not (tmp_path / "references").exists()
+
+
+def test_publish_takes_a_rejudged_run_and_refuses_mixed_commits(tmp_path, measured, git):
+    res = _run(tmp_path, measured, measured__commit="c" * 40)  # measured at an older commit, judged at HEAD
+    pub.publish("pub-hw", "tiny", res, tmp_path / "references", claims=[CLAIM])
+    other = res / "pub-hw/tiny/param_accounting"
+    subprocess.run([sys.executable, "-m", "repro.claims.param_accounting", "--scale", "tiny", "--out", str(other),
+                    "--hardware", "pub-hw"], cwd=ROOT, check=True, capture_output=True)
+    v = json.loads((other / "verdict.json").read_text())
+    v["provenance"]["measured"].update(commit=HEAD, dirty=False)
+    v["provenance"]["judged"].update(commit=HEAD, dirty=False)
+    (other / "verdict.json").write_text(json.dumps(v))
+    with pytest.raises(pub.PublishError, match="mixed commits"):
+        pub.publish("pub-hw", "tiny", res, tmp_path / "references", claims=[CLAIM, "param_accounting"])
 
 
 def test_publish_refuses_a_dirty_tree_and_an_incomplete_run(tmp_path, measured, git):

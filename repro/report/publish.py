@@ -4,7 +4,9 @@ The maintainers' deliberate step (README, "Reference results"): a reference is w
 whole, so it refuses
 
 - a dirty work tree (tracked changes or untracked files outside the ignored results/ and reports/),
-- a run with mixed commits, or measured or judged at another commit than HEAD, or on a dirty tree,
+- a run with mixed commits (its claims measured at more than one commit), judged at another commit than HEAD,
+  or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the checkout
+  still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the references),
 - a result the checkout would measure anew (stale: its measurement code key differs; repro.provenance), a result
   without provenance keys, or one measured with other parameters than the scale's config (overrides),
 - a run missing a claim that the registry implements, or the translation benchmark the claims are built on.
@@ -62,15 +64,15 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
     if missing:
         raise PublishError(f"{folder}: no results for {', '.join(missing)}; a reference is a whole run "
                            f"(snakemake reproduce_all --config scale={scale})")
-    problems = []
+    problems, commits = [], {}
     for claim in claims:
         v = read_verdict(folder / claim / "verdict.json")
         prov = v.get("provenance") or {}
         measured, judged = prov.get("measured") or {}, prov.get("judged") or {}
         keys = recorded_keys(v)
-        if measured.get("commit") != head or judged.get("commit") != head:
-            problems.append(f"{claim}: measured at {str(measured.get('commit'))[:7]}, judged at "
-                            f"{str(judged.get('commit'))[:7]}, not HEAD {head[:7]}")
+        commits.setdefault(str(measured.get("commit"))[:7], []).append(claim)
+        if judged.get("commit") != head:
+            problems.append(f"{claim}: judged at {str(judged.get('commit'))[:7]}, not HEAD {head[:7]}")
         elif measured.get("dirty") or judged.get("dirty"):
             problems.append(f"{claim}: measured or judged on a dirty tree")
         stale = provenance.stale_because(keys, claim)
@@ -79,6 +81,8 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
         elif keys.get("config") != default_config_key(claim, scale):
             problems.append(f"{claim}: measured with other parameters than config/claims/{claim}.yaml [{scale}] "
                             f"(overrides?)")
+    if len(commits) > 1:  # one run, one commit: a measurement kept from another commit is another run
+        problems.append("mixed commits: " + "; ".join(f"{c}: {', '.join(names)}" for c, names in sorted(commits.items())))
     if problems:
         raise PublishError(f"{folder} cannot be published: " + "; ".join(problems)
                            + ". Rerun it from a clean checkout of HEAD.")
