@@ -568,15 +568,6 @@ def _quality_curve(rows, stack, rule, healed=False) -> dict[int, float]:
     return {n: float(np.mean(v)) for n, v in sorted(by.items())}
 
 
-def _random_draws(rows, stack) -> dict[int, list[float]]:
-    """Quality of each random draw (seed) per removal count, unhealed (the random baseline's spread)."""
-    qname = "valid_ppl" if stack == "lm" else "bleu"
-    by: dict = {}
-    for r in _sel(rows, qname, stack=stack, healed=False, rule="random"):
-        by.setdefault(r["sweep"]["n_removed"], []).append(r["value"])
-    return by
-
-
 def _nll_curve(rows, stack, rule, healed) -> dict[int, float]:
     by: dict = {}
     for r in _sel(rows, "valid_nll", stack=stack, healed=healed):
@@ -665,6 +656,14 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                                 f"{[i for _, i in low]}", f"deep layers have the lowest BI (ShortGPT removes "
                                 "layers 21-29 of Llama2-7B's 32)", headline=True))
     # 3. similarity rules vs random
+    def _random_draws(rows, stack) -> dict[int, list[float]]:
+        """Quality of each random draw (seed) per removal count, unhealed (the random baseline's spread)."""
+        qname = "valid_ppl" if stack == "lm" else "bleu"
+        by: dict = {}
+        for r in _sel(rows, qname, stack=stack, healed=False, rule="random"):
+            by.setdefault(r["sweep"]["n_removed"], []).append(r["value"])
+        return by
+
     # a removal count is a win only when the rule beats every random draw (strictly): a tie, or a result inside
     # the spread of the random draws, is no evidence; stacks whose model did not learn (BLEU gate) are left out
     wins, total, detail = 0, 0, []
