@@ -65,7 +65,7 @@ def test_publish_copies_a_clean_run_and_renders_it_as_a_reference(tmp_path, meas
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"judged__commit": "b" * 40}, "not HEAD"),
+    ({"judged__commit": "b" * 40, "judged__judge_key": "0" * 64}, "another judge than HEAD's"),
     ({"judged__dirty": True}, "dirty tree"),
     ({"keys__code": "0" * 64}, "measurement code changed since"),
     ({"keys__config": "0" * 64}, "other parameters"),

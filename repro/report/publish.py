@@ -4,8 +4,8 @@ The maintainers' deliberate step (README, "Reference results"): a reference is w
 whole, so it refuses
 
 - a dirty work tree (tracked changes or untracked files outside the ignored results/ and reports/),
-- a run with mixed commits (its claims measured at more than one commit), judged at another commit than HEAD,
-  or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the checkout
+- a run with mixed commits (its claims measured at more than one commit), judged by another judge than HEAD's
+  (its judge key differs), or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the checkout
   still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the references),
 - a result the checkout would measure anew (stale: its measurement code key differs; repro.provenance), a result
   without provenance keys, or one measured with other parameters than the scale's config (overrides),
@@ -71,8 +71,10 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
         measured, judged = prov.get("measured") or {}, prov.get("judged") or {}
         keys = recorded_keys(v)
         commits.setdefault(str(measured.get("commit"))[:7], []).append(claim)
-        if judged.get("commit") != head:
-            problems.append(f"{claim}: judged at {str(judged.get('commit'))[:7]}, not HEAD {head[:7]}")
+        judge_now = provenance.current_code(claim, keys.get("needs"))["judge"]
+        if judged.get("commit") != head and judged.get("judge_key") != judge_now:
+            problems.append(f"{claim}: judged at {str(judged.get('commit'))[:7]} by another judge than HEAD's "
+                            f"({head[:7]}): re-judge it (reproduce_all runs only the claim_verdict jobs)")
         elif measured.get("dirty") or judged.get("dirty"):
             problems.append(f"{claim}: measured or judged on a dirty tree")
         stale = provenance.stale_because(keys, claim)
