@@ -35,6 +35,7 @@ from repro import registry
 from repro.bench.kinds import MEMORY_UNITS, PERF_KINDS, TIME_UNITS, unit_key as _unit_key
 from repro.bench.records import atomic_write_text, read_metrics
 from repro.report import runtime
+from repro.report.origin import Source, sources
 
 log = logging.getLogger("repro.compare")
 
@@ -117,19 +118,18 @@ def discover(results_root: str | Path, scale: str, references_root: str | Path |
     Folders whose name starts with ``_`` (``_models``, ``_work``, ``_gpu_check``) are not hardware or claims.
     A folder with a verdict but an unreadable metrics.csv or fingerprint.json raises naming the file."""
     res = Results(scale=scale)
-    roots = [(Path(results_root), "")] if results_root is not None else []
-    if references_root is not None:
-        roots.append((Path(references_root) / "results", " (reference)"))
-    for root, suffix in roots:
-        if root.is_dir():
-            _discover_root(res, root, scale, suffix)
+    found = sources(results_root, None, references_root)
+    for src in found:
+        if src.results.is_dir():
+            _discover_root(res, src, scale)
     if not res.hardware:
-        log.warning("no results at scale %s under %s; nothing to compare", scale, ", ".join(str(r) for r, _ in roots))
+        log.warning("no results at scale %s under %s; nothing to compare", scale,
+                    ", ".join(str(s.results) for s in found))
     return res
 
 
-def _discover_root(res: Results, root: Path, scale: str, suffix: str) -> None:
-    for hw_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
+def _discover_root(res: Results, src: Source, scale: str) -> None:
+    for hw_dir in sorted(p for p in src.results.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
         scale_dir = hw_dir / scale
         if not scale_dir.is_dir():
             continue
@@ -137,7 +137,7 @@ def _discover_root(res: Results, root: Path, scale: str, suffix: str) -> None:
                         if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "verdict.json").exists())
         if not claims:
             continue
-        name = hw_dir.name + suffix
+        name = src.label(hw_dir.name)
         res.hardware.append(name)
         for cdir in claims:
             key = (name, cdir.name)

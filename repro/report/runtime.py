@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.report.origin import sources
+
 BENCH_DIR = "_benchmarks"
 
 
@@ -84,18 +86,16 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
     """Markdown lines for the hardware comparison: every machine's run time at this scale (totals and the slowest
     jobs), one row per hardware that has benchmark files: this checkout's runs, then the references
     (``references_root/results``, labelled ``(reference)``)."""
-    roots = [(Path(results_root), "")] if results_root is not None else []
-    if references_root is not None:
-        roots.append((Path(references_root) / "results", " (reference)"))
     rows = []
-    for root, suffix in roots:
+    for src in sources(results_root, None, references_root):
+        root = src.results
         for hw_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
             frame = read_benchmarks(root, hw_dir.name, scale)
             if frame.empty:
                 continue
             tot = totals(frame)
             slow = frame.sort_values("wall_s", ascending=False).head(3)
-            rows.append(f"| {hw_dir.name}{suffix} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | "
+            rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | "
                         f"{_fmt_s(tot['elapsed_s'])} | "
                         + ", ".join(f"{r.job} {_fmt_s(r.wall_s)}" for r in slow.itertuples()) + " |")
     if not rows:
