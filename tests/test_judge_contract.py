@@ -8,6 +8,8 @@ claim: real rows, its real metric schema) transformed so the paper's effect is g
   its median moved off (x 1.37 + 0.37, so no absolute value lands on a published one by staying where it was).
   No claim may say reproduced or partially. (A headline half that states "no difference", such as "Pre-LN trains
   without warm-up" or "LLM.int8() leaves perplexity unchanged", may hold on ties; the claim as a whole may not.)
+- **paper-false** (``tests/controls/<claim>.py``, ``paper_false``): the effect reversed, gates kept: the verdict
+  must be not_reproduced; **ties** (``ties``, where the module has them): data on the thresholds never passes.
 - **untouched**: the rows as measured give the verdict stored beside them (the judge is deterministic and the
   reference's verdict is what the checkout's judge says).
 
@@ -98,3 +100,46 @@ def test_the_reference_rows_give_the_reference_verdict(claim):
             claim, (stored["provenance"]["measured"].get("keys") or {}).get("needs"))["judge"]:
         pytest.skip(f"{folder}: judged by another judge than the checkout's (re-judge and publish the reference)")
     assert _judge(claim, folder, _rows(folder))["verdict"] == stored["verdict"]
+
+
+def _controls(claim: str):
+    """tests/controls/<claim>.py as a module (loaded by path: tests/ is not a package), or None."""
+    import importlib.util
+    import sys
+
+    path = ROOT / "tests" / "controls" / f"{claim}.py"
+    if not path.is_file():
+        return None
+    sys.path.insert(0, str(ROOT / "tests"))  # so a control module can `from controls import edit`
+    try:
+        spec = importlib.util.spec_from_file_location(f"controls.{claim}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    return module
+
+
+def test_every_registered_claim_has_negative_controls():
+    missing = [c for c in CLAIMS if _controls(c) is None or not hasattr(_controls(c), "paper_false")]
+    assert not missing, f"no tests/controls/<claim>.py with paper_false for {missing} (tests/controls/__init__.py)"
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_paper_false_data_is_not_reproduced(claim):
+    folder, controls = _reference(claim), _controls(claim)
+    if controls is None:
+        pytest.fail(f"tests/controls/{claim}.py is missing")
+    v = _judge(claim, folder, controls.paper_false(_rows(folder)))
+    assert v["verdict"] == "not_reproduced", (v["verdict"], v["reason"][:800])
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_ties_never_pass(claim):
+    controls = _controls(claim)
+    if controls is None or not hasattr(controls, "ties"):
+        pytest.skip(f"{claim}: no tie controls")
+    folder = _reference(claim)
+    for i, rows in enumerate(controls.ties(_rows(folder))):
+        v = _judge(claim, folder, rows)
+        assert v["verdict"] not in ("reproduced", "partially"), (i, v["verdict"], v["reason"][:800])
