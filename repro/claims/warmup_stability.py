@@ -443,25 +443,24 @@ def gates(g: Grid, params: dict, copy_bleu: float | None) -> list[dict]:
             continue
         worst = max(xs)
         ok = ok and worst < need
-        bleu = [d.get("bleu", math.nan) for d in runs.values()]
-        bleu = "" if v.get("gate_bleu") is not None else f", BLEU {_ms(bleu, 2)}"
-        parts.append(f"{pos}-LN + warm-up {w}: valid NLL {_ms(xs)} (worst seed {worst:.3f}){bleu}")
-    copy_text = (f"; copy-the-source BLEU {copy_bleu:.2f} (BLEU is not a gate at this scale)"
-                 if v.get("gate_bleu") is None and copy_bleu is not None else "")
+        parts.append(f"{pos}-LN + warm-up {w}: valid NLL {_ms(xs)} (worst seed {worst:.3f})")
     out = [gate("warm-up controls learned (valid NLL vs unigram entropy)", ok,
-                "; ".join(parts) + f"; unigram entropy of the training targets {g.H:.3f} nats" + copy_text,
+                "; ".join(parts) + f"; unigram entropy of the training targets {g.H:.3f} nats",
                 f"every seed of each control below {need:.3f} nats (entropy - {v['gate_nats']} nats), lr {hi:g}")]
-    if v.get("gate_bleu") is not None:
-        ok, parts = copy_bleu is not None, []
-        for pos, runs in controls.items():
-            bl = [d.get("bleu", math.nan) for d in runs.values()]
-            m = sum(bl) / len(bl) if bl else math.nan
-            ok = ok and bool(bl) and math.isfinite(m) and m > (copy_bleu or 0) + v["gate_bleu"]
-            parts.append(f"{pos}-LN + warm-up {w}: BLEU {_ms(bl, 2)}")
-        out.append(gate("warm-up controls translate (greedy BLEU vs copying the source)", ok,
-                        "; ".join(parts) + (f"; copy-the-source baseline {copy_bleu:.2f} on the same sentences"
-                                            if copy_bleu is not None else "; copy baseline not recorded"),
-                        f"mean BLEU of each control > copy baseline + {v['gate_bleu']} BLEU"))
+    # the BLEU gate is on at every scale (a judge rule): a control that translates worse than copying the source
+    # has not learned to translate, whatever its NLL; ``gate_bleu`` (null: 0) is only the margin above the copy
+    margin = float(v.get("gate_bleu") or 0.0)
+    ok, parts = copy_bleu is not None and math.isfinite(copy_bleu), []
+    for pos, runs in controls.items():
+        bl = [d.get("bleu", math.nan) for d in runs.values()]
+        bl = [x if x is not None else math.nan for x in bl]
+        m = sum(bl) / len(bl) if bl else math.nan
+        ok = ok and bool(bl) and math.isfinite(m) and m > (copy_bleu or 0) + margin
+        parts.append(f"{pos}-LN + warm-up {w}: BLEU {_ms(bl, 2)}")
+    out.append(gate("warm-up controls translate (greedy BLEU vs copying the source)", ok,
+                    "; ".join(parts) + (f"; copy-the-source baseline {copy_bleu:.2f} on the same sentences"
+                                        if copy_bleu is not None else "; copy baseline not recorded"),
+                    f"mean BLEU of each control > copy baseline + {margin:g} BLEU"))
     return out
 
 
@@ -487,8 +486,12 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
         "learning rates": (f"{', '.join(f'{x:g}' for x in params['lrs'])} (Adam {tuple(tr['betas'])}, label "
                            f"smoothing {tr.get('label_smoothing', 0)}); ScaleNorm+FixNorm "
                            f"{', '.join(f'{x:g}' for x in sn['lrs']) if sn['enabled'] else 'not run'}"),
-        "warm-up": (f"linear {', '.join(map(str, warmup_lengths(params)))} updates then inverse-sqrt, vs none "
-                    f"(constant lr)"),
+        "warm-up": (f"linear {', '.join(map(str, warmup_lengths(params)))} updates then inverse-sqrt decay, vs none "
+                    f"(constant lr, no decay)"),
+        "schedule difference": ("the warm-up arm decays (inverse_sqrt after its warm-up) while the no-warm-up arm "
+                                "keeps a constant lr (repro.claims.warmup_stability.train_one), unlike the papers' "
+                                "one decay schedule for both arms: the paired no-warm-up minus warm-up gap mixes "
+                                "'no warm-up' with 'no decay' (a constant lr trains longer at the peak)"),
         "seeds": (f"{len(seeds)} per configuration ({', '.join(map(str, seeds))}), compared paired, 95% t-intervals"
                   if len(seeds) > 1 else f"{len(seeds)} (no spread: no check can be decided)"),
         "precision": "fp32",
@@ -499,7 +502,16 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
 
 
 def judge(rows: list[dict], params: dict, scale: str) -> dict:
-    """Verdict from the measured runs (gates, headline and secondary checks as the module docstring says)."""
+    """Verdict from the measured runs (gates, headline and secondary checks as the module docstring says), with
+    two judge rules the docstring predates: the BLEU gate is on at every scale (each warm-up control's mean greedy
+    BLEU strictly above copying the source, plus ``gate_bleu`` when set; null means a margin of 0), and the page's
+    setup says that the warm-up arm decays (inverse-sqrt) while the no-warm-up arm is constant, so the paired gap
+    mixes 'no warm-up' with 'no decay'. Paper numbers in the checks come from the registry."""
+    from repro import registry
+
+    def pub(key):
+        return registry.published(CLAIM, key)["value"]
+
     v = params["verdict"]
     data = _data(rows)
     H = data.get("unigram_entropy")
@@ -524,8 +536,12 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     xs = g.paired(post_n, post_w)
     checks.append(_check(f"Post-LN needs warm-up at lr {hi:g}", xs, {"above": gap},
                          f"no warm-up {g.describe(post_n)} vs warm-up {w}: {g.describe(post_w)}",
-                         f"no-warm-up NLL higher by > {gap} nats (or diverged) (Xiong Fig. 2: 8.45 vs ~34 BLEU; "
-                         f"warm-up 500 at lr 1e-3: 2.77 BLEU)", headline=True))
+                         f"no-warm-up NLL higher by > {gap} nats (or diverged) (Xiong Fig. 2, Adam lr "
+                         f"{' / '.join(f'{x:g}' for x in pub('xiong_adam_lrs'))}: {pub('xiong_postln_no_warmup_bleu')} "
+                         f"without vs ~{pub('xiong_postln_warmup_bleu'):g} BLEU with warm-up "
+                         f"{max(pub('xiong_warmup_steps'))}; warm-up {min(pub('xiong_warmup_steps'))} at lr "
+                         f"{max(pub('xiong_adam_lrs')):g}: {pub('xiong_postln_warmup500_lr1e3_bleu')} BLEU); "
+                         "the no-warm-up arm also has no decay (setup)", headline=True))
     for lr in [hi] + [x for x in reversed(lrs) if x != hi]:
         a, b = ln("pre", lr, warmup=w), ln("pre", lr)
         xs = g.paired(b, a)
@@ -564,7 +580,9 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             "; ".join(f"{D}+{D} layers: Post {g.describe(po)}, Pre {g.describe(pr)}" for D, po, pr in trend)
             + f"; Post - Pre gap {_ms(g1)} at {D1} vs {_ms(g0)} at {D0} layers",
             f"Post - Pre NLL gap > {gap} nats at the main depth and larger than at the shallowest (Nguyen & Salazar "
-            "Table 5: PostNorm 18.31 / fails / fails vs PreNorm 28.33 / 28.13 / 28.32 BLEU at 4 / 5 / 6 layers)",
+            f"Table 5, {registry.published(CLAIM, 'nguyen_no_warmup_postnorm_dev_bleu')['setup']}: PostNorm "
+            f"{' / '.join('fails' if x is None else f'{x:g}' for x in pub('nguyen_no_warmup_postnorm_dev_bleu'))} "
+            f"vs PreNorm {' / '.join(f'{x:g}' for x in pub('nguyen_no_warmup_prenorm_dev_bleu'))} BLEU)",
             interval=(f"deepest gap: {_ci(g1)}; growth: {_ci(growth)}" if len(g1) >= 2 and len(growth) >= 2
                       else None),
             undecided_because="; ".join(x for x in (why_deep, why_grow) if x) or None))
@@ -576,7 +594,9 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                f"{hi:g} while Pre-LN without warm-up did not (95% intervals of the paired per-seed NLL gaps), and "
                f"every decided secondary check held; partially = that contrast held and a secondary failed; "
                f"not_reproduced = a half of the contrast failed with its interval; inconclusive = a control did not "
-               f"learn or an interval straddles its threshold. A small model and a short run, not the paper's scale.")
+               f"learn or an interval straddles its threshold. The no-warm-up arm also keeps a constant lr while the "
+               f"warm-up arm decays, so each gap mixes 'no warm-up' with 'no decay' (setup). A small model and a short "
+               f"run, not the paper's scale.")
     return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, seeds)),
                                meaning=meaning)
 
