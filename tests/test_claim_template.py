@@ -33,7 +33,7 @@ def test_a_claim_from_the_template_runs_through_snakemake(tmp_path):
                         "RMSNorm output has RMS 1", "--root", str(repo)], cwd=repo, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     changed = [l for l in r.stderr.splitlines() if l.startswith("wrote ")]
-    assert len(changed) == 5  # module, config, schema, test, registry: nothing else to touch
+    assert len(changed) == 6  # module, config, schema, test, controls, registry: nothing else to touch
     assert set(p.name for p in (repo / "workflows").iterdir()) == before
     env = {"PYTHONPATH": str(repo), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_claim_example_rms.py"],
@@ -48,3 +48,12 @@ def test_a_claim_from_the_template_runs_through_snakemake(tmp_path):
         assert v["hardware"] == "test-hw"
         assert v["verdict"] == ("not_applicable" if scale == "tiny" else "reproduced"), v["reason"]
         assert (repo / f"reports/test-hw/{scale}/example_rms.md").is_file()
+    # its negative control, on the default run's own rows, is not reproduced (what test_judge_contract requires)
+    probe = ("import sys, json, math; sys.path.insert(0, 'tests'); from controls import example_rms as c; "
+             "from repro.bench.records import read_metrics; from repro import config; "
+             "from repro.claims.example_rms import judge; "
+             "rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} "
+             "for r in read_metrics('results/test-hw/default/example_rms').to_dict('records')]; "
+             "print(judge(c.paper_false(rows), config.section('example_rms', 'default'), 'default')['verdict'])")
+    p = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0 and p.stdout.split()[-1] == "not_reproduced", p.stdout[-2000:] + p.stderr[-2000:]

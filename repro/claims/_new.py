@@ -2,13 +2,14 @@
 
     python -m repro.claims._new <claim_id> --code C12 --title "What the claim says"
 
-writes the five files a claim is made of, with a small working example measurement to replace:
+writes the six files a claim is made of, with a small working example measurement to replace:
 
 - repro/claims/<id>.py              the experiment and its judge (``run``, ``judge``, ``python -m`` entry)
 - config/claims/<id>.yaml           parameters per scale, and the ``workflow`` section (threads, resources, needs)
 - config/schema/<id>.schema.yaml    every parameter's type and meaning
 - repro/registry/published.yaml     the registry entry (code, sources, setup, published values): appended
 - tests/test_claim_<id>.py          tiny run and the judge on null data
+- tests/controls/<id>.py            the negative controls: paper-false data (and ties) the judge must not pass
 
 The workflow's one claim rule runs it as soon as the files exist (``snakemake claim_<id>``); no .smk file.
 """
@@ -22,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "docs" / "claim_template"
 TARGETS = {"claim.py.tmpl": "repro/claims/{id}.py", "claim.yaml.tmpl": "config/claims/{id}.yaml",
-           "claim.schema.yaml.tmpl": "config/schema/{id}.schema.yaml", "test_claim.py.tmpl": "tests/test_claim_{id}.py"}
+           "claim.schema.yaml.tmpl": "config/schema/{id}.schema.yaml", "test_claim.py.tmpl": "tests/test_claim_{id}.py",
+           "controls.py.tmpl": "tests/controls/{id}.py"}
 REGISTRY = "repro/registry/published.yaml"
 
 
