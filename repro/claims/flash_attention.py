@@ -220,58 +220,101 @@ def end_to_end(p: dict, device) -> list[dict]:
 
 # ----------------------------------------------------------------------------------------------- verdict
 def judge(rows: list[dict], params: dict, scale: str, device: str | None = None, load: dict | None = None) -> dict:
-    """HEADLINE: the fused kernels' peak memory is linear in N (exponent in ``tolerance.linear_exponent``), where
-    standard attention's is quadratic: an algorithmic property, measured exactly on any device.
-    Secondary: Table 21's memory ratio grows with N; speed. Speed-ups are judged against the paper's figure times
-    ``tolerance.speed_fraction_of_paper`` with the IQR interval of the paired ratios (GPT-2-medium attention
-    fwd+bwd: 41.7 -> 7.3 ms; end-to-end: GPT-2 medium 3.0x) -- on a GPU only: on a CPU the ratio is a stand-in for
-    an IO-aware GPU kernel (SRAM tiling vs HBM traffic) and is reported, undecided."""
+    """HEADLINE: the paper's titular claim, speed: the fused kernel (SDPA, and the suite's Triton FlashAttention where
+    it runs) computes GPT-2-medium attention fwd+bwd (Fig 2's shape) faster than standard attention. Decided on a
+    GPU only, by the IQR interval of the paired per-round ratios (median +- IQR/2): holds when the whole interval is
+    above 1 (strictly), fails when it is at or below 1. On a CPU it is reported for information and undecided: the
+    paper's speed-up comes from an IO-aware GPU kernel on A100s (SRAM tiling vs HBM traffic), and SDPA on a CPU is
+    not the FlashAttention kernel. The device: the ``device`` argument (the measuring run's); re-judged, the rows' own
+    evidence (a backend skipped as CPU-only Triton interpreter, or every row's ``hardware`` id ``cpu-...`` -> CPU;
+    every ``hardware`` id ``gpu-...`` -> GPU); else the config's.
+    Secondary (GPU only, same interval): the speed-up at least ``tolerance.speed_fraction_of_paper`` x the paper's
+    (Fig 2: 41.7 -> 7.3 ms; end-to-end: GPT-2 medium 3.0x over HuggingFace, registry values), and the end-to-end
+    training step faster than with standard attention. Memory (any device, exact measurements): the fused kernels'
+    peak memory linear in N and standard attention's quadratic (fitted exponents strictly inside
+    ``tolerance.linear_exponent`` / ``quadratic_exponent``; on an edge undecided), and Table 21's memory ratio > 1
+    and growing strictly with N."""
+    from repro.bench.stats import both
+
     tol, checks, load = params["tolerance"], [], load or {}
+
+    def band(vals, lo, hi):  # every value strictly inside -> True, one strictly outside -> False, else undecided
+        if any(not (v is not None and v == v) for v in vals):
+            return None
+        if any(v < lo or v > hi for v in vals):
+            return False
+        return True if all(lo < v < hi for v in vals) else None
+
     exps = {}
     for r in rows:
         if r["metric"] == "memory_exponent_in_n" and r["sweep"]["pass"] == "fwd_bwd":
             exps.setdefault(r["sweep"]["provider"], []).append(r["value"])
     lo, hi = tol["quadratic_exponent"]
     if exps.get("math"):
-        checks.append(check("standard attention: peak memory ~ N^2", all(lo <= e <= hi for e in exps["math"]),
-                            ", ".join(f"{e:.2f}" for e in exps["math"]), f"about 2 ({lo}..{hi}; causal and not)"))
+        checks.append(check("standard attention: peak memory ~ N^2", band(exps["math"], lo, hi),
+                            ", ".join(f"{e:.2f}" for e in exps["math"]), f"about 2 ({lo}..{hi}; causal and not)",
+                            interval="every pass (causal and not) strictly inside the band",
+                            undecided_because="an exponent sits on the band's edge"))
     lo, hi = tol["linear_exponent"]
     for fused in ("sdpa", "triton"):
         if exps.get(fused):
-            checks.append(check(f"{fused}: peak memory linear in N", all(lo <= e <= hi for e in exps[fused]),
+            checks.append(check(f"{fused}: peak memory linear in N", band(exps[fused], lo, hi),
                                 ", ".join(f"{e:.2f}" for e in exps[fused]),
-                                f"about 1 ({lo}..{hi}; Dao et al.: memory linear in N)", headline=True,
-                                interval="every pass (causal and not) inside the band"))
-    ratios = [r for r in rows if r["metric"] == "table21_memory_ratio_math_over_fused"]
+                                f"about 1 ({lo}..{hi}; Dao et al.: memory linear in N)",
+                                interval="every pass (causal and not) strictly inside the band",
+                                undecided_because="an exponent sits on the band's edge"))
+    ratios = [r for r in rows if r["metric"] == "table21_memory_ratio_math_over_fused" and r["value"] is not None]
+    m1k, m4k = ((registry.published(CLAIM, f"memory_{n}_pytorch")["value"],
+                 registry.published(CLAIM, f"memory_{n}_flash")["value"]) for n in ("1k", "4k"))
     for fused in ("sdpa", "triton"):
         rs = sorted(((r["sweep"]["seq_len"], r["value"]) for r in ratios if r["sweep"]["backend"] == fused))
         if rs:
-            grows = all(b[1] > a[1] for a, b in zip(rs, rs[1:]))
+            steps = [(rs[0][1], 1.0)] + [(b[1], a[1]) for a, b in zip(rs, rs[1:])]  # (value, must exceed)
+            ok = both(*(True if v > ref else False if v < ref else None for v, ref in steps))
             checks.append(check(f"Table 21: {fused} uses less memory than standard attention, more so as N grows",
-                                rs[0][1] > 1 and grows, ", ".join(f"N={n}: {v:.1f}x" for n, v in rs),
-                                "1K 5.7x (1184 vs 209 MB), 4K 20.4x (17024 vs 836 MB)"))
+                                ok, ", ".join(f"N={n}: {v:.1f}x" for n, v in rs),
+                                f"1K {m1k[0] / m1k[1]:.1f}x ({m1k[0]} vs {m1k[1]} MB), "
+                                f"4K {m4k[0] / m4k[1]:.1f}x ({m4k[0]} vs {m4k[1]} MB)",
+                                interval="exact peak memory (strictly above 1 and strictly growing)",
+                                undecided_because="a ratio equals 1 or its predecessor (a tie)"))
+    if device is None:  # re-judged: the device the rows were measured on, from the rows, else the config's
+        hw = {str(r.get("hardware") or "") for r in rows} - {""}
+        cpu_only = any((r.get("sweep") or {}).get("reason") == kernels.INTERPRETER_REASON for r in rows)
+        if cpu_only or (hw and all(h.startswith("cpu-") for h in hw)):
+            device = "cpu"
+        elif hw and all(h.startswith("gpu-") for h in hw):
+            device = "cuda"
     device = device or str(params.get("device"))
     on_gpu = device.startswith("cuda")
     frac = tol["speed_fraction_of_paper"]
     busy = timing.load_note(load)
+    cpu_why = ("CPU stand-in: the paper measured an IO-aware GPU kernel (SRAM tiling vs HBM traffic) on A100 GPUs, "
+               "and SDPA on a CPU is not the FlashAttention kernel; the speed-up on this CPU is reported for "
+               "information")
+    gpu_why = "the IQR interval straddles or touches the threshold" + (f"; {busy}" if busy else "")
     kt = registry.published(CLAIM, "kernel_time")["value"]
+    e2e = registry.published(CLAIM, "gpt2_medium_speedup_vs_hf")["value"]
     paper_speed = {"fig2_speedup_over_math": (kt[0] / kt[1], f"{kt[0]} -> {kt[1]} ms ({kt[0] / kt[1]:.1f}x) on A100"),
-                   "train_step_speedup_over_math": (registry.published(CLAIM, "gpt2_medium_speedup_vs_hf")["value"],
-                                                    "GPT-2 medium 3.0x over HuggingFace (whole system)")}
-    names = {"fig2_speedup_over_math": "GPT-2-medium attention fwd+bwd: {} faster than standard",
+                   "train_step_speedup_over_math": (e2e, f"GPT-2 medium {e2e:g}x over HuggingFace (whole system, "
+                                                         "8xA100)")}
+    names = {"fig2_speedup_over_math": "GPT-2-medium attention fwd+bwd: {} faster than standard attention",
              "train_step_speedup_over_math": "end-to-end training step: {} faster than standard attention"}
     for r in rows:
         if r["metric"] in paper_speed and r["value"] is not None:
-            med, iqr = r["value"], r["spread"] or 0.0
+            med, iqr = r["value"], r["spread"] if r["spread"] is not None else float("nan")
             target, text = paper_speed[r["metric"]]
-            need = frac * target
-            passed = decide_interval(med - iqr / 2, med + iqr / 2, above=need) if on_gpu else None
-            why = ("CPU stand-in: the paper's speed-up comes from a GPU kernel's IO (SRAM tiling vs HBM traffic); "
-                   "a CPU ratio does not test it" if not on_gpu else
-                   "the IQR interval straddles the threshold" + (f"; {busy}" if busy else ""))
-            checks.append(check(names[r["metric"]].format(r["sweep"]["backend"]), passed,
-                                f"{med:.2f}x (IQR {iqr:.2f})", f">= {need:.2f}x = {frac:g} x the paper's {text}",
-                                interval="median +- IQR/2 of paired per-round ratios", undecided_because=why))
+            lo_r, hi_r = med - iqr / 2, med + iqr / 2
+            fused, need = r["sweep"]["backend"], frac * target
+            measured = f"{med:.2f}x (IQR {iqr:.2f}; interval {lo_r:.2f}..{hi_r:.2f}x) on device {device}"
+            interval = "median +- IQR/2 of paired per-round ratios"
+            checks.append(check(names[r["metric"]].format(fused),
+                                decide_interval(lo_r, hi_r, above=1.0) if on_gpu else None, measured,
+                                f"> 1x (paper: {text})", headline=r["metric"] == "fig2_speedup_over_math",
+                                interval=interval, undecided_because=gpu_why if on_gpu else cpu_why))
+            checks.append(check(names[r["metric"]].format(fused) + f", at least {frac:g} x the paper's speed-up",
+                                decide_interval(lo_r, hi_r, above=need) if on_gpu else None, measured,
+                                f"> {need:.2f}x = {frac:g} x the paper's {text}", interval=interval,
+                                undecided_because=gpu_why if on_gpu else cpu_why))
     return verdict_from_checks(CLAIM, checks, scale, setup=setup_table(CLAIM, this_setup(params, device)), load=load)
 
 

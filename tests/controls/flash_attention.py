@@ -1,0 +1,42 @@
+"""flash_attention negative controls (tests/test_judge_contract.py).
+
+The speed headline is decided on a GPU only (on a CPU, SDPA is not the FlashAttention kernel and the verdict is
+inconclusive by construction), so the paper-false and tie controls present the rows as a GPU run: every row's
+``hardware`` a ``gpu-...`` id and no backend skipped as the CPU-only Triton interpreter (a GPU run whose backends
+are math and sdpa); the judge reads the device from the rows when it is re-judged.
+"""
+from __future__ import annotations
+
+from controls import edit
+
+GPU = "gpu-nvidia-a100-sxm4-40gb"
+INTERPRETER = "Triton interpreter on CPU is a correctness path, not a speed path"  # repro.bench.kernels
+
+
+def _as_gpu(rows):
+    return [{**r, "hardware": GPU} for r in rows
+            if (r.get("sweep") or {}).get("reason") != INTERPRETER and r.get("sweep.reason") != INTERPRETER]
+
+
+def _speed(rows, ratio, spread):
+    rows = edit(rows, ("fig2_speedup_over_math", "train_step_speedup_over_math"), lambda r: ratio)
+    return [{**r, "spread": spread} if r.get("metric") in ("fig2_speedup_over_math", "train_step_speedup_over_math")
+            else r for r in rows]
+
+
+def paper_false(rows: list[dict]) -> list[dict]:
+    """On a GPU: the fused kernel 2x slower than standard attention (speed-up 0.5, IQR 0.05) and its memory as
+    quadratic in N as the materialised scores (exponent 2) and larger than standard attention's (Table 21 ratio 0.8)."""
+    rows = _speed(_as_gpu(rows), 0.5, 0.05)
+    rows = edit(rows, "memory_exponent_in_n", lambda r: 2.0, sweep_provider=("sdpa", "triton"))
+    return edit(rows, "table21_memory_ratio_math_over_fused", lambda r: 0.8)
+
+
+def ties(rows: list[dict]) -> list[dict]:
+    """On a GPU: the fused kernel exactly as fast as standard attention (speed-up 1, no spread), with every memory
+    exponent on its band's edge and Table 21's ratio at 1 (ties on the secondary checks are undecided, never
+    failed, so they cannot turn the verdict into partially either)."""
+    tied = _speed(_as_gpu(rows), 1.0, 0.0)
+    tied = edit(tied, "memory_exponent_in_n", lambda r: 1.2, sweep_provider=("sdpa", "triton"))
+    tied = edit(tied, "memory_exponent_in_n", lambda r: 2.2, sweep_provider="math")
+    return [tied, edit(tied, "table21_memory_ratio_math_over_fused", lambda r: 1.0)]
