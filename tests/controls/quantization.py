@@ -1,0 +1,13 @@
+"""quantization (Dettmers et al. 2022, Frantar et al. 2023): paper-false = LLM.int8() perplexity 50% above fp32's and
+GPTQ worse than round-to-nearest at every bits and groups; the fp32 model's learned gate kept."""
+from controls import edit, values
+
+
+def paper_false(rows):
+    fp32 = values(rows, "valid_ppl", sweep_method="fp32")[0]
+    rows = edit(rows, "valid_ppl", lambda r: fp32 * 1.5, sweep_method="llm_int8")
+    for bits in ("w3", "w3_g64", "w4", "w4_g64"):
+        rtn = values(rows, "valid_ppl", sweep_method=f"rtn_{bits}")[0]
+        rows = edit(rows, "valid_ppl", lambda r, rtn=rtn: rtn * 1.05 + 0.01 * float(r.get("sweep.calibration_seed") or 0),
+                    sweep_method=f"gptq_{bits}")
+    return rows
