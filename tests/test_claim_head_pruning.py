@@ -214,25 +214,56 @@ def _learned(rows, base=30.0, copy=12.0):
                    m("head_pruning", "bleu_copy_baseline", copy, subset="eval")]
 
 
+def _reference_rows():
+    """The committed reference's rows (real schema: pruning curves with paired-bootstrap p-values) and the
+    paper-true / paper-false versions of them from tests/controls/head_pruning.py."""
+    import importlib.util
+    import sys
+
+    import test_judge_contract as contract
+
+    folder = contract._reference("head_pruning")
+    sys.path.insert(0, str(contract.ROOT / "tests"))
+    try:
+        spec = importlib.util.spec_from_file_location("controls.head_pruning",
+                                                      contract.ROOT / "tests" / "controls" / "head_pruning.py")
+        controls = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(controls)
+    finally:
+        sys.path.remove(str(contract.ROOT / "tests"))
+    return contract._rows(folder), controls
+
+
+def _with(rows, metric, value, **where):
+    return [{**r, "value": value} if r["metric"] == metric and all(str(r["sweep"].get(k)) == str(v)
+                                                                      for k, v in where.items()) else r for r in rows]
+
+
 def test_judge_leaves_bleu_checks_undecided_below_the_copy_baseline():
     params = section("head_pruning", "default")
-    good = hp.judge(_learned(_rows()), params, "default")
-    assert all(c["passed"] is not None for c in good["checks"] if "speed-up" not in c["name"])
-    assert good["gates"][0]["passed"] and good["verdict"] == "reproduced"
-    for base in (10.0, 13.0):  # below the copy baseline, and above it by less than the gate's margin
-        v = hp.judge(_learned(_rows(), base=base), params, "default")
+    rows, controls = _reference_rows()
+    true = controls._true(rows)
+    good = hp.judge(true, params, "default")
+    assert good["gates"][0]["passed"] and good["verdict"] == "reproduced", good["reason"]
+    copy = [r["value"] for r in rows if r["metric"] == "bleu_copy_baseline" and r["sweep"].get("subset") == "eval"][0]
+    for base in (copy - 2.0, copy + 1.0):  # below the copy baseline, and above it by less than the gate's margin
+        v = hp.judge(_with(true, "bleu_unpruned", base, subset="eval"), params, "default")
         assert [c["name"] for c in v["checks"] if c["passed"] is not None] == []
-        assert all("learned to translate" in c["undecided_because"] for c in v["checks"] if "speed" not in c["name"])
         assert v["verdict"] == "inconclusive" and not v["gates"][0]["passed"]
 
 
 def test_judge_speedup_is_a_stand_in_on_cpu_and_decided_on_gpu():
     p = section("head_pruning", "default")
-    sp = [c for c in hp.judge(_learned(_rows()), p, "default")["checks"] if "speed-up" in c["name"]][0]
+    rows, controls = _reference_rows()
+    true = controls._true(rows)
+    sp = [c for c in hp.judge(true, p, "default")["checks"] if "speed-up" in c["name"]][0]
     assert sp["passed"] is None and "stand-in" in sp["undecided_because"]
     p_gpu = {**p, "device": "cuda"}
-    v = hp.judge(_learned(_rows(speed=((1, 5.0), (16, 3.0), (64, 2.0)))), p_gpu, "default")
-    assert v["verdict"] == "partially"
+    assert hp.judge(true, p_gpu, "default")["verdict"] == "reproduced"
+    shrinking = [{**r, "value": 100.0 / float(r["sweep"]["batch"])} if r["metric"] == "speedup" else r for r in true]
+    v = hp.judge(shrinking, p_gpu, "default")
+    assert v["verdict"] == "partially", v["reason"]
+    assert [c["name"] for c in v["checks"] if c["passed"] is False] == [sp["name"]]
 
 
 def test_judge_minority_needs_a_test_with_power():
@@ -243,35 +274,22 @@ def test_judge_minority_needs_a_test_with_power():
 
 
 def test_judge_reproduced_and_each_rule_can_fail():
-    from repro.bench.records import metric
-
     p = {**section("head_pruning", "default"), "device": "cuda"}
-    good = hp.judge(_learned(_rows()), p, "default")
+    rows, controls = _reference_rows()
+    true = controls._true(rows)
+    good = hp.judge(true, p, "default")
     assert good["verdict"] == "reproduced", good["reason"]
-    assert len(good["checks"]) == 6
-    secondary = {
-        "minority": _rows(sig=13),
-        "importance": _rows(imp_mean=14.5),
-        "speed-up": _rows(speed=((1, 5.0), (16, 3.0), (64, 2.0))),
-        "enc-dec most sensitive": _rows(ablation=(("encoder_self", (-3.0, 0.2)), ("cross", (-0.5, -0.3)))),
-    }
-    headline = {
-        "prunable": _rows(prunable=10.0),
-        "l0 budget": _rows(l0=((6, 24, -2.0), (20, 24, -0.1))),
-        "l0 vs control": _rows() + [metric("head_pruning", "l0_bleu_delta_vs_control", -2.0, lam=0.01)],
-    }
-    for name, rows in {**secondary, **headline}.items():
-        v = hp.judge(_learned(rows), p, "default")
-        assert v["verdict"] == ("partially" if name in secondary else "not_reproduced"), name
-        assert sum(c["passed"] is False for c in v["checks"]) == 1, name
-    none = hp.judge(_learned(_rows(sig=20, imp_mean=1.0, prunable=0.0, l0=((24, 24, 0.0),),
-                                   speed=((1, 5.0), (64, -1.0)), ablation=(("encoder_self", (-3.0,)), ("cross", (0.0,))))),
-                    p, "default")
-    assert none["verdict"] == "not_reproduced"
-    assert hp.judge(_rows(), p, "tiny")["verdict"] == "not_applicable"
-    # judging the unnormalised order instead reads its rows (which pass here even where Michel's order fails)
-    p_raw = {**p, "verdict": {**p["verdict"], "judged_order": "importance_raw"}}
-    assert hp.judge(_learned(_rows(imp_mean=1.0, prunable=0.0)), p_raw, "default")["verdict"] == "reproduced"
+    assert hp.judge(controls.paper_false(rows), p, "default")["verdict"] == "not_reproduced"
+    rnd = [r["value"] for r in rows if r["metric"] == "pruning_mean_bleu" and r["sweep"].get("order") == "random"]
+    worse = _with(true, "pruning_mean_bleu", min(rnd) - 5.0, order="importance_raw")
+    v = hp.judge(worse, p, "default")
+    failed = [c["name"] for c in v["checks"] if c["passed"] is False]
+    assert v["verdict"] == "partially" and len(failed) == 1 and "random" in failed[0], (v["verdict"], failed)
+    cross_first = [{**r, "value": -5.0} if r["metric"] == "ablation_bleu_delta"
+                   and r["sweep"].get("kind") == "encoder_self" else r for r in true]
+    v = hp.judge(cross_first, p, "default")
+    assert v["verdict"] == "partially" and any("enc-dec" in c["name"] for c in v["checks"] if c["passed"] is False)
+    assert hp.judge(true, p, "tiny")["verdict"] == "not_applicable"
 
 
 def test_judge_null_data_never_reproduces():
