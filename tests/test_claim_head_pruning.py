@@ -278,20 +278,10 @@ def _check(v, *words):
 def _reference_rows():
     """The committed reference's rows (real schema) and tests/controls/head_pruning.py's paper-true / paper-false
     versions of them."""
-    import importlib.util
-    import sys
-
     import test_judge_contract as contract
 
     folder = contract._reference("head_pruning")
-    sys.path.insert(0, str(contract.ROOT / "tests"))
-    try:
-        spec = importlib.util.spec_from_file_location("controls.head_pruning",
-                                                      contract.ROOT / "tests" / "controls" / "head_pruning.py")
-        controls = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(controls)
-    finally:
-        sys.path.remove(str(contract.ROOT / "tests"))
+    controls = contract._controls("head_pruning")
     return contract._rows(folder), controls
 
 
