@@ -2,6 +2,7 @@
 trained tiny artefacts (module and Snakemake), the outlier criteria and baselines on constructed data, and verdict
 rules that flip when a number is wrong."""
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +40,11 @@ def test_tiny_run(tiny_models):
         assert by[("rtn_w4", None)] < 0.3 and by[("rtn_w3", None)] < by[("rtn_w4", None)]
         v8 = qz._sel(rows, "values_8bit_pct", model=m, method="llm_int8")
         assert len(v8) == 1 and 0 <= v8[0]["value"] <= 100
-        errs = qz._sel(rows, "layer_rel_error", model=m, method="gptq_w3", quantizer="gptq")
         n_lin = 6 * 3 if m == "lm" else 6 * 3 + 10 * 2  # encoder 3 blocks x 6, decoder 2 blocks x 10 (cross-attention)
-        assert len(errs) == n_lin * len(params["calibration"]["seeds"])
+        for split in ("calibration", "held_out"):  # GPTQ's own inputs, and validation sentences it never saw
+            errs = qz._sel(rows, "layer_rel_error", model=m, method="gptq_w3", quantizer="gptq", split=split)
+            assert len(errs) == n_lin * len(params["calibration"]["seeds"])
+            assert all(math.isfinite(r["value"]) and r["value"] >= 0 and r["sweep"]["tokens"] > 0 for r in errs)
         assert len(qz._sel(rows, "outlier_max_abs", model=m)) == (3 if m == "lm" else 5)
     assert json.loads((out / "outliers.json").read_text()).keys() == {"lm", "translation"}
     heads = [c for c in verdict["checks"] if c["headline"]]

@@ -27,7 +27,8 @@ def test_tiny_run_shapes(tiny_run):
     names = {r["sweep"]["run"] for r in rows} - {"data"}
     assert names == {r["name"] for r in plan}
     data = {r["metric"]: r["value"] for r in rows if r["sweep"]["run"] == "data"}
-    assert set(data) == {"unigram_entropy", "train_pairs", "vocab_size"}
+    assert set(data) == {"unigram_entropy", "train_pairs", "vocab_size", "no_warmup_decay_from"}
+    assert data["no_warmup_decay_from"] == ws.warmup_lengths(p)[0]
     assert 0 < data["unigram_entropy"] <= math.log(data["vocab_size"])
     for name in names:
         got = {r["metric"] for r in rows if r["sweep"]["run"] == name}

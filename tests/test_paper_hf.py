@@ -216,8 +216,9 @@ def test_quantization_paper_path_on_a_hf_folder(tmp_path, family):
     assert txt["sweep"]["seq_len"] == model.cfg.max_seq_len and txt["sweep"]["windows"] >= 2
     # the block linears only (q/k/v/o and the MLP), never the embeddings or lm_head
     n_lin = {"llama": 7, "opt": 6}[family] * model.cfg.n_decoder_layers
-    assert len(qz._sel(rows, "layer_rel_error", model=name, method="gptq_w4", quantizer="gptq",
-                       calibration_seed=0)) == n_lin
+    for split in ("calibration", "held_out"):  # its own calibration segments, and scored windows it never saw
+        assert len(qz._sel(rows, "layer_rel_error", model=name, method="gptq_w4", quantizer="gptq",
+                           calibration_seed=0, split=split)) == n_lin
     by = {(r["sweep"]["method"]): r["value"] for r in qz._sel(rows, "weight_bytes_vs_fp16", model=name)}
     assert by["fp32"] == 2.0 and 0.5 < by["llm_int8"] < 0.6 and by["rtn_w3"] < by["rtn_w4"] < 0.3
     assert len(qz._sel(rows, "outlier_max_abs", model=name)) == model.cfg.n_decoder_layers

@@ -32,7 +32,9 @@ Methods (``int8.modes``, ``rtn``, ``gptq`` in the config):
 Measured per model and method: validation perplexity (and BLEU for the translation model), the weight bytes
 actually stored (packed codes, 16-bit scales, zero points, group indices) against 16-bit weights, the share of
 values multiplied in 16 bits by LLM.int8(), and for GPTQ the layer-wise relative reconstruction error
-||WX - QX||^2 / ||WX||^2 of GPTQ and of RTN on the same calibration inputs. Outlier features (LLM.int8() Section
+||WX - QX||^2 / ||WX||^2 of GPTQ and of RTN on the same inputs: GPTQ's calibration inputs (which it minimises by
+construction) and held-out inputs it never saw (validation sentences; an imported model's first scored windows),
+the split that decides the check (sweep ``split``). Outlier features (LLM.int8() Section
 4.1): per block, the feature dimensions of the inputs of the attention projections and of the FFN expansion with
 |x| >= 6 and the share of tokens they touch, and the paper's criteria (magnitude >= 6, in >= 25% of layers, in >= 6%
 of sequence positions) across the models measured. Timing: the int8 matmul kernel of this machine
@@ -53,6 +55,7 @@ import torch
 
 from repro import artefacts
 from repro.errors import ConfigError
+from repro.data.baselines import unigram_ppl
 from repro import quant as Q
 from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
                                  t_interval, verdict_from_checks)
@@ -83,8 +86,9 @@ def methods(params: dict) -> list[dict]:
     return out
 
 
-def apply_method(model, m: dict, params: dict, calibrate) -> dict:
-    """Quantize ``model`` in place with method ``m``; returns what the method reports (GPTQ layer errors)."""
+def apply_method(model, m: dict, params: dict, calibrate, heldout=None) -> dict:
+    """Quantize ``model`` in place with method ``m``; returns what the method reports (GPTQ layer errors, also on
+    the ``heldout`` batches when given)."""
     if m["family"] == "int8":
         Q.quantize_int8(model, m["mode"], params["int8"]["threshold"])
         return {}
@@ -94,7 +98,7 @@ def apply_method(model, m: dict, params: dict, calibrate) -> dict:
     if m["family"] == "gptq":
         g = params["gptq"]
         return Q.quantize_gptq(model, calibrate, m["bits"], m["group_size"], g["act_order"], g["damp"],
-                               g["block_size"], g["sym"])
+                               g["block_size"], g["sym"], heldout=heldout)
     return {}
 
 
@@ -148,6 +152,8 @@ def load_data(t, name: str, params: dict) -> dict:
         rng = np.random.default_rng(seed)
         pos = sorted(rng.permutation(len(enc["train"]))[: min(cal["sentences"], len(enc["train"]))].tolist())
         data["calib"][seed] = [collate(enc["train"], [i]) for i in pos]  # one sentence per batch: no padding
+    # GPTQ's layer errors scored again on validation sentences it never saw (one per batch, as calibration)
+    data["heldout"] = [collate(val, [i]) for i in range(min(cal["sentences"], len(val)))]
     if name == "translation":
         pairs = corpus.split("test", False)[: ev["test_sentences"]]
         tc = copy.copy(corpus)
@@ -206,7 +212,8 @@ def text_data(tok, params: dict, context: int) -> dict:
     p = p[p > 0]
     calib = {s: [lm_batch(x) for x in random_segments(cal_ids, cal["sentences"], cal_len + 1, s)]
              for s in cal["seeds"]}
-    return {"ids": eval_ids, "windows": wins, "calib": calib, "unigram_ppl": float(np.exp(-(p * np.log(p)).sum())),
+    heldout = [lm_batch(eval_ids[b:e]) for b, e, _ in wins[: cal["sentences"]]]  # scored text, not calibration
+    return {"ids": eval_ids, "windows": wins, "calib": calib, "heldout": heldout, "unigram_ppl": float(np.exp(-(p * np.log(p)).sum())),
             "unigram_about": {"basis": "exp(entropy) of the scored tokens' unigram distribution"},
             "text": {"scored_tokens": int(len(scored)), "text_path": str(params["text_path"]),
                      "stream_tokens": int(len(ids)), "windows": len(wins), "seq_len": seq,
@@ -228,19 +235,6 @@ def window_ppl(model, data: dict, device) -> dict:
         nll += float(torch.nn.functional.cross_entropy(logits[0, k:].float(), b.tgt_out[0, k:], reduction="sum"))
         n += end - first
     return {"valid_nll": nll / n, "valid_ppl": math.exp(min(nll / n, 50)), "valid_tokens": n}
-
-
-def unigram_ppl(train, valid, vocab: int) -> float:
-    """Perplexity of the add-one unigram model of the training targets (with eos) on the validation targets: the
-    gate a trained LM must clear by far."""
-    counts = np.ones(vocab)
-    for t in train.tgt:
-        np.add.at(counts, t, 1)
-    counts[train.eos_id] += len(train.tgt)
-    logp = np.log(counts / counts.sum())
-    tot = sum(float(logp[t].sum()) + logp[valid.eos_id] for t in valid.tgt)
-    n = sum(len(t) + 1 for t in valid.tgt)
-    return math.exp(-tot / n)
 
 
 def model_forward(model, batch):
@@ -420,11 +414,15 @@ def run_model(base, name: str, params: dict, device, data: dict, score, about: d
     def calibrate_with(seed):
         return lambda model: [model_forward(model, b.to(device)) for b in data["calib"][seed]]
 
+    def heldout(model):
+        return [model_forward(model, b.to(device)) for b in data.get("heldout", [])]
+
     fp_bytes = Q.stored_weight_bytes(base)
     for m in methods(params):
         tm = time.perf_counter()
         with Q.restored(base) as model:
-            r, report, q, b = _one_method(model, name, m, params, calibrate_with, score)
+            r, report, q, b = _one_method(model, name, m, params, calibrate_with, score,
+                                          heldout if data.get("heldout") else None)
         rows += r
         log.info("%s %s%s: ppl %.3f%s, weights %.3f x fp16 (%.1f s)", name, m["method"],
                  "" if m["seed"] is None else f" seed {m['seed']}", q["valid_ppl"],
@@ -443,10 +441,10 @@ def _sweep(name: str, m: dict) -> dict:
     return sw
 
 
-def _one_method(model, name: str, m: dict, params: dict, calibrate_with, score):
+def _one_method(model, name: str, m: dict, params: dict, calibrate_with, score, heldout=None):
     """Quantize ``model`` in place with method ``m``, score it, and return (rows, GPTQ report, scores, bytes)."""
     rows = []
-    report = apply_method(model, m, params, calibrate_with(m["seed"]) if m["seed"] is not None else None)
+    report = apply_method(model, m, params, calibrate_with(m["seed"]) if m["seed"] is not None else None, heldout)
     q = score(model)
     sw = _sweep(name, m)
     rows.append(metric(CLAIM, "valid_ppl", q["valid_ppl"], "perplexity", n=q["valid_tokens"],
@@ -476,10 +474,12 @@ def _one_method(model, name: str, m: dict, params: dict, calibrate_with, score):
                            x_values_16bit=x16, w_values_16bit=w16, **sw))
         rows.append(metric(CLAIM, "decomposed_dims", len(dims), "(layer, dim) pairs", **sw))
     for lname, r in report.items():
-        rows.append(metric(CLAIM, "layer_rel_error", r["rel_error"], "||WX-QX||^2/||WX||^2", layer=lname,
-                           quantizer="gptq", tokens=r["tokens"], **sw))
-        rows.append(metric(CLAIM, "layer_rel_error", r["rel_error_rtn"], "||WX-QX||^2/||WX||^2", layer=lname,
-                           quantizer="rtn", tokens=r["tokens"], **sw))
+        for split, sfx, tok in (("calibration", "", "tokens"), ("held_out", "_heldout", "tokens_heldout")):
+            if f"rel_error{sfx}" not in r:
+                continue
+            for quantizer, key in (("gptq", f"rel_error{sfx}"), ("rtn", f"rel_error_rtn{sfx}")):
+                rows.append(metric(CLAIM, "layer_rel_error", r[key], "||WX-QX||^2/||WX||^2", layer=lname,
+                                   quantizer=quantizer, split=split, tokens=r[tok], **sw))
     return rows, report, q, b
 
 

@@ -13,7 +13,9 @@ claim trains its OWN small models, never the shared one):
   trained without warm-up; and their Table 5 analogue: no-warm-up stability vs depth (PostNorm fails at 5-6 layers
   where PreNorm trains: 18.31 / fails / fails vs 28.33 / 28.13 / 28.32 at 4 / 5 / 6 layers).
 
-Schedules: ``inverse_sqrt`` with linear warm-up (fairseq's, as both papers) when warming up; ``constant`` without.
+Schedules: one inverse-sqrt decay for both arms (fairseq's, as both papers), lr * sqrt(W / step) after W, the
+longest warm-up; the warm-up arm ramps linearly to the peak over its warm-up, the no-warm-up arm holds the peak
+until W (``schedule_of``), so the paired gap is the warm-up alone.
 Initialisation: ``repro.model.init.init_fairseq_qkv_gain1`` (fairseq: Xavier-uniform linear weights, zero biases,
 embeddings N(0, d^-1/2)); norms keep their own init (LayerNorm (1, 0), ScaleNorm g = sqrt(d)).
 Divergence (NaN/inf, or a training loss above ``explode_loss``) is an outcome recorded by ``repro.train.train``;
@@ -241,6 +243,21 @@ def _model_params(params: dict, run: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------------ run
+def decay_from(params: dict) -> int:
+    """The update at which every arm's inverse-sqrt decay starts: the longest warm-up of the grid."""
+    return warmup_lengths(params)[0]
+
+
+def schedule_of(params: dict, run: dict, ScheduleConfig):
+    """One decay schedule for both arms, as the papers: lr * sqrt(W / step) after W = ``decay_from`` updates.
+    The warm-up arm ramps linearly over its own warm-up (from ``warmup_init_lr``); the no-warm-up arm starts at the
+    peak lr and holds it until W (a "ramp" from the peak to the peak), so the paired gap is warm-up alone."""
+    tr = params["training"]
+    if run["warmup"]:
+        return ScheduleConfig("inverse_sqrt", run["warmup"], tr["warmup_init_lr"])
+    return ScheduleConfig("inverse_sqrt", decay_from(params), run["lr"])
+
+
 def train_one(params: dict, run: dict, tok, enc: dict, test: dict, out: Path, device: str) -> dict:
     """Train one configuration from scratch; returns its summary (losses, divergence, BLEU)."""
     from repro.train.bleu import bleu_report
@@ -255,8 +272,7 @@ def train_one(params: dict, run: dict, tok, enc: dict, test: dict, out: Path, de
         apply_fixnorm(model, params["scalenorm_fixnorm"]["fixnorm_g"])
     opt = OptimConfig(lr=run["lr"], betas=tuple(tr["betas"]), eps=tr["adam_eps"], weight_decay=tr["weight_decay"],
                       clip_norm=tr["clip_norm"], label_smoothing=tr["label_smoothing"])
-    sched = (ScheduleConfig("inverse_sqrt", run["warmup"], tr["warmup_init_lr"]) if run["warmup"]
-             else ScheduleConfig("constant", 0, tr["warmup_init_lr"]))
+    sched = schedule_of(params, run, ScheduleConfig)
     rcfg = RunConfig(seed=run["seed"], max_steps=tr["max_steps"], max_minutes=tr.get("max_minutes"),
                      log_every=tr["log_every"], valid_every=tr["valid_every"], ckpt_every_steps=10 ** 9,
                      ckpt_every_minutes=1e9, explode_loss=tr["explode_loss"], progress=False)
@@ -339,6 +355,8 @@ def rows_from_summaries(summaries: list[dict], params: dict, data: dict | None =
         rows += [metric(CLAIM, "unigram_entropy", data["unigram_entropy"], "nats/token", run="data"),
                  metric(CLAIM, "train_pairs", data["train_pairs"], "pairs", run="data"),
                  metric(CLAIM, "vocab_size", data["vocab_size"], "pieces", run="data")]
+        if "no_warmup_decay_from" in data:
+            rows.append(metric(CLAIM, "no_warmup_decay_from", data["no_warmup_decay_from"], "update", run="data"))
     return rows
 
 
@@ -487,11 +505,13 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
                            f"smoothing {tr.get('label_smoothing', 0)}); ScaleNorm+FixNorm "
                            f"{', '.join(f'{x:g}' for x in sn['lrs']) if sn['enabled'] else 'not run'}"),
         "warm-up": (f"linear {', '.join(map(str, warmup_lengths(params)))} updates then inverse-sqrt decay, vs none "
-                    f"(constant lr, no decay)"),
-        "schedule difference": ("the warm-up arm decays (inverse_sqrt after its warm-up) while the no-warm-up arm "
-                                "keeps a constant lr (repro.claims.warmup_stability.train_one), unlike the papers' "
-                                "one decay schedule for both arms: the paired no-warm-up minus warm-up gap mixes "
-                                "'no warm-up' with 'no decay' (a constant lr trains longer at the peak)"),
+                    + (f"(the peak lr from the first update, the same decay after update {data['no_warmup_decay_from']})"
+                       if data.get("no_warmup_decay_from") else "(constant lr, no decay)")),
+        "schedule difference": ("none: both arms share one inverse-sqrt decay; only the warm-up ramp differs"
+                                if data.get("no_warmup_decay_from") else
+                                "measured with the warm-up arm decaying (inverse_sqrt after its warm-up) while the "
+                                "no-warm-up arm kept a constant lr, unlike the papers' one decay schedule for both "
+                                "arms: the paired no-warm-up minus warm-up gap mixes 'no warm-up' with 'no decay'"),
         "seeds": (f"{len(seeds)} per configuration ({', '.join(map(str, seeds))}), compared paired, 95% t-intervals"
                   if len(seeds) > 1 else f"{len(seeds)} (no spread: no check can be decided)"),
         "precision": "fp32",
@@ -504,9 +524,9 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
 def judge(rows: list[dict], params: dict, scale: str) -> dict:
     """Verdict from the measured runs (gates, headline and secondary checks as the module docstring says), with
     two judge rules the docstring predates: the BLEU gate is on at every scale (each warm-up control's mean greedy
-    BLEU strictly above copying the source, plus ``gate_bleu`` when set; null means a margin of 0), and the page's
-    setup says that the warm-up arm decays (inverse-sqrt) while the no-warm-up arm is constant, so the paired gap
-    mixes 'no warm-up' with 'no decay'. Paper numbers in the checks come from the registry."""
+    BLEU strictly above copying the source, plus ``gate_bleu`` when set; null means a margin of 0), and rows measured
+    before both arms shared one decay (no ``no_warmup_decay_from`` row) say on the page that the paired gap mixes
+    'no warm-up' with 'no decay'. Paper numbers in the checks come from the registry."""
     from repro import registry
 
     def pub(key):
@@ -518,6 +538,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     if H is None or not math.isfinite(H):  # measured before the gate existed (--rejudge of an old run)
         H = math.nan
     g = Grid(rows, H)
+    same_decay = bool(data.get("no_warmup_decay_from"))
     L = params["model"]["n_encoder_layers"]
     lrs = sorted(params["lrs"])
     hi = lrs[-1]
@@ -540,8 +561,8 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                          f"{' / '.join(f'{x:g}' for x in pub('xiong_adam_lrs'))}: {pub('xiong_postln_no_warmup_bleu')} "
                          f"without vs ~{pub('xiong_postln_warmup_bleu'):g} BLEU with warm-up "
                          f"{max(pub('xiong_warmup_steps'))}; warm-up {min(pub('xiong_warmup_steps'))} at lr "
-                         f"{max(pub('xiong_adam_lrs')):g}: {pub('xiong_postln_warmup500_lr1e3_bleu')} BLEU); "
-                         "the no-warm-up arm also has no decay (setup)", headline=True))
+                         f"{max(pub('xiong_adam_lrs')):g}: {pub('xiong_postln_warmup500_lr1e3_bleu')} BLEU)"
+                         + ("" if same_decay else "; the no-warm-up arm also has no decay (setup)"), headline=True))
     for lr in [hi] + [x for x in reversed(lrs) if x != hi]:
         a, b = ln("pre", lr, warmup=w), ln("pre", lr)
         xs = g.paired(b, a)
@@ -594,9 +615,11 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                f"{hi:g} while Pre-LN without warm-up did not (95% intervals of the paired per-seed NLL gaps), and "
                f"every decided secondary check held; partially = that contrast held and a secondary failed; "
                f"not_reproduced = a half of the contrast failed with its interval; inconclusive = a control did not "
-               f"learn or an interval straddles its threshold. The no-warm-up arm also keeps a constant lr while the "
-               f"warm-up arm decays, so each gap mixes 'no warm-up' with 'no decay' (setup). A small model and a short "
-               f"run, not the paper's scale.")
+               f"learn or an interval straddles its threshold. "
+               + ("Both arms share one decay schedule, so each gap is the warm-up alone. " if same_decay else
+                  "The no-warm-up arm also kept a constant lr while the warm-up arm decayed, so each gap mixes "
+                  "'no warm-up' with 'no decay' (setup). ")
+               + "A small model and a short run, not the paper's scale.")
     return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, seeds)),
                                meaning=meaning)
 
@@ -625,7 +648,7 @@ def prepare(params: dict, scale: str, out: Path) -> dict:
     else:
         src_ids = [list(e)[: tr["max_len"] - 1] + [tok.eos_id] for e in tok.encode_batch(srcs)]
     data = {"unigram_entropy": unigram_entropy(enc["train"], tok.vocab_size), "train_pairs": len(enc["train"]),
-            "vocab_size": tok.vocab_size}
+            "vocab_size": tok.vocab_size, "no_warmup_decay_from": decay_from(params)}
     return {"tok": tok, "tok_path": tok_path, "enc": enc, "data": data,
             "test": {"srcs": srcs, "refs": refs, "clean": clean, "src_ids": src_ids}}
 
