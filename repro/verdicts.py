@@ -17,17 +17,44 @@ def verdict(claim: str, status: str, reason: str, *, checks: list[dict] | None =
 
 
 def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
-          interval: str | None = None, undecided_because: str | None = None) -> dict:
+          interval: str | None = None, undecided_because: str | None = None, numbers: dict | None = None) -> dict:
     """One verdict criterion: what was measured, what the paper says, and whether it holds.
 
     ``headline``: the claim's main statement (see ``verdict_from_checks``). ``interval``: the uncertainty that
     decided it (seeds' spread, bootstrap interval), in words. ``passed=None`` means the run could not decide the
-    check; ``undecided_because`` says why (the control did not learn, the spread is too wide, a CPU stand-in...)."""
+    check; ``undecided_because`` says why (the control did not learn, the spread is too wide, a CPU stand-in...).
+    ``numbers`` (:func:`numbers`): the check's measured value and the paper's, as numbers, for the headline tables
+    of the matrix and the pages."""
     if passed is None and not undecided_because:
         undecided_because = "not decided by this run"
-    return {"name": name, "passed": None if passed is None else bool(passed), "measured": measured,
-            "expected": expected, "headline": bool(headline), "interval": interval,
-            "undecided_because": None if passed is not None else undecided_because}
+    out = {"name": name, "passed": None if passed is None else bool(passed), "measured": measured,
+           "expected": expected, "headline": bool(headline), "interval": interval,
+           "undecided_because": None if passed is not None else undecided_because}
+    if numbers is not None:
+        out["numbers"] = numbers
+    return out
+
+
+COMPARE = ("ratio", "difference", None)
+
+
+def numbers(value: float | None, unit: str, *, paper: float | None = None, paper_text: str | None = None,
+            lo: float | None = None, hi: float | None = None, compare: str | None = None) -> dict:
+    """A check's numbers for the headline tables: the measured ``value`` in ``unit`` with its interval
+    [``lo``, ``hi``] (None: a point value), the paper's number in the same unit (``paper``, from the registry) or, when
+    the paper states another quantity, ``paper_text`` only. ``compare`` says how the two may be set side by side:
+    "ratio" (like quantities on a ratio scale: times, counts), "difference" (percentages, exponents, log-scale
+    values: the difference in the unit's points), None (not comparable: no ratio or difference is shown)."""
+    if compare not in COMPARE:
+        raise ValueError(f"numbers: compare {compare!r} is not one of {COMPARE}")
+    if compare is not None and paper is None:
+        raise ValueError("numbers: a comparison needs the paper's number in the same unit")
+
+    def f(x):
+        return None if x is None else float(x)
+
+    return {"value": f(value), "unit": unit, "lo": f(lo), "hi": f(hi), "paper": f(paper),
+            "paper_text": paper_text, "compare": compare}
 
 
 def gate(name: str, passed: bool, measured: str, required: str) -> dict:

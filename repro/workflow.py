@@ -214,7 +214,9 @@ class Run:
                 f"--rejudge --keys {{params.prov:q}} > {{log}} 2>&1")
 
     def pages(self) -> list[str]:
-        return [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]
+        """The claim pages of this run, and the shared translation model's page when the run builds it."""
+        own = [f"{self.rep}/{c}.md" for c in self.cfg["claims"] if c in self.claims_with_workflow]
+        return own + ([f"{self.rep}/translation.md"] if self.uses_translation() else [])
 
     def bench(self, job: str) -> str:
         """Snakemake's benchmark file of a job (wall s, CPU s, max RSS), filed beside this hardware and scale's

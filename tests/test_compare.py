@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from repro.bench.records import _integrity, metric, read_json, verdict, write_results
@@ -92,17 +93,19 @@ def test_table_joins_by_metric_and_sweep_with_ratios(tree):
     assert (rms[CPU], rms[GPU]) == ("992", "99.2")
     # paper: 248 and 231 s/1k steps on a V100 (registry)
     assert (ln["paper"], ln["paper hardware"]) == ("248", "V100")
-    assert ln[f"{CPU} / paper"] == "5x" and ln[f"{GPU} / paper"] == "0.5x"
-    assert rms[f"{GPU} / paper"] == f"{99.2 / 231:.3g}x"
-    assert ln[f"{GPU} / {CPU}"] == "0.1x" and rms[f"{GPU} / {CPU}"] == "0.1x"
+    assert ln[f"{CPU} vs paper"] == "5x" and ln[f"{GPU} vs paper"] == "0.5x"
+    assert rms[f"{GPU} vs paper"] == f"{99.2 / 231:.3g}x"
+    assert ln[f"{GPU} vs {CPU}"] == "0.1x" and rms[f"{GPU} vs {CPU}"] == "0.1x"
     mem = _row(table, "peak_memory", "norm=rmsnorm")
-    assert mem[f"{GPU} / {CPU}"] == "2x" and mem["paper"] == "" and mem[f"{GPU} / paper"] == ""
-    # software differences between the compared rows are named beside them
-    assert ln["software differs"] == "torch: 2.13.0+cpu vs 2.5.1; cuda: none vs 12.4; driver: none vs 560.1"
+    assert mem[f"{GPU} vs {CPU}"] == "2x" and mem["paper"] == "" and mem[f"{GPU} vs paper"] == ""
+    # the software is stated once per machine (software_table), not on every row
+    assert "software differs" not in table.columns
+    sw = compare.software_table(res, "rmsnorm_speed", reference=CPU).set_index("hardware")
+    assert sw.loc[GPU, "torch"] == "2.5.1" and sw.loc[GPU, f"differs from {CPU}"] == "torch, cuda, driver"
     # a row only one machine measured: the other is "not measured", not 0, and no ratio
     tri = _row(table, "peak_memory", "norm=triton")
     assert tri[CPU] == compare.NOT_MEASURED and tri[GPU] == "10"
-    assert tri[f"{GPU} / {CPU}"] == "" and tri["software differs"] == ""
+    assert tri[f"{GPU} vs {CPU}"] == ""
     skipped = _row(table, "op_time", "norm=triton")
     assert skipped[CPU] == compare.NOT_AVAILABLE and skipped[GPU] == compare.NOT_MEASURED
 
@@ -112,16 +115,26 @@ def test_missing_claim_shows_missing_and_units_convert(tree):
     table = compare.compare_table(res, "flash_attention", reference=CPU)
     fwd = _row(table, "fwd_time", "seq_len=1024")
     assert fwd[CPU] == "8" and fwd[GPU] == compare.MISSING
-    assert fwd[f"{GPU} / {CPU}"] == ""
+    assert fwd[f"{GPU} vs {CPU}"] == ""
     mem = _row(table, "peak_memory", "seq_len=1024")
-    assert mem["paper"] == "209" and mem[f"{CPU} / paper"] == "2x"
-    assert (table.drop(columns=["software differs"]) != "0").all().all()
+    assert mem["paper"] == "209" and mem[f"{CPU} vs paper"] == "2x"
+    assert (table != "0").all().all()
 
 
 def test_reference_changes_direction(tree):
     res = compare.discover(tree, "default")
     table = compare.compare_table(res, "rmsnorm_speed", reference=GPU)
-    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} / {GPU}"] == "10x"
+    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} vs {GPU}"] == "10x"
+
+
+def test_noise_and_percentages():
+    """A difference within the two spreads is marked '~' (noise); percentages compare by points, never by ratio."""
+    assert compare._versus(1.05, 0.03, 1.0, 0.03, percent=False) == "~1.05x"
+    assert compare._versus(1.2, 0.03, 1.0, 0.03, percent=False) == "1.2x"
+    assert compare._versus(7.78, None, 1.9, None, percent=True) == "+5.88 pp"
+    assert compare._versus(5.0, 1.0, 4.5, None, percent=True) == "~+0.5 pp"
+    assert compare._with_noise(1.234, 0.05, 7) == "1.234 +- 0.05 (n 7)" and compare._with_noise(2.0, None, 1) == "2"
+    assert compare.is_percent("percent") and compare.is_percent("% less time") and not compare.is_percent("ms")
 
 
 def test_unit_conversion():
@@ -175,7 +188,10 @@ def test_write_compare_pages_plots_and_index(tree, tmp_path):
     out = tmp_path / "reports" / "compare" / "default"
     written = compare.write_compare(tree, "default", out, reference=CPU)
     names = sorted(p.name for p in written)
-    assert names == ["flash_attention.md", "flash_attention.png", "index.md", "rmsnorm_speed.md", "rmsnorm_speed.png"]
+    assert names == ["flash_attention.csv", "flash_attention.md", "flash_attention.png", "index.md",
+                     "rmsnorm_speed.csv", "rmsnorm_speed.md", "rmsnorm_speed.png"]
+    full = pd.read_csv(out / "rmsnorm_speed.csv")  # every row of the table, whatever the page shows
+    assert len(full) == len(compare.compare_table(compare.discover(tree, "default"), "rmsnorm_speed", CPU))
     page = (out / "flash_attention.md").read_text()
     assert "| missing" in page or "missing |" in page
     assert "2.13.0+cpu" in page  # the software table

@@ -143,3 +143,25 @@ def test_ties_never_pass(claim):
     for i, rows in enumerate(controls.ties(_rows(folder))):
         v = _judge(claim, folder, rows)
         assert v["verdict"] not in ("reproduced", "partially"), (i, v["verdict"], v["reason"][:800])
+
+
+def test_fresh_references_agree_across_machines():
+    """References measured by the checkout's measurement code (not stale) on different machines may differ in what
+    they could decide (one decides, the other is undecided), never in what they decided: a check holding on one
+    machine and failing on another at the same code is a defect to fix or explain (stale references, measured by
+    older code, are left out: the matrix strikes them through)."""
+    from repro.report.matrix import read_cells
+
+    by: dict = {}
+    for c in read_cells(None, ROOT / "references"):
+        if not (c.origin and c.origin.stale):
+            by.setdefault((c.scale, c.claim), []).append(c)
+    opposite = []
+    for (scale, claim), cells in by.items():
+        for i, a in enumerate(cells):
+            for b in cells[i + 1:]:
+                oa = {x["name"]: x.get("passed") for x in a.verdict.get("checks") or []}
+                ob = {x["name"]: x.get("passed") for x in b.verdict.get("checks") or []}
+                opposite += [(scale, claim, n, a.hardware, b.hardware) for n in oa
+                             if n in ob and oa[n] is not None and ob[n] is not None and oa[n] != ob[n]]
+    assert not opposite, opposite

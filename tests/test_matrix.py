@@ -54,8 +54,11 @@ def test_machine_flag_names_the_flipped_checks(tmp_path):
     assert b.flags[0].flipped == ["headline holds: fails here, holds on cpu-a"]
     assert not cells["gpu-b", "block_numerics"].flags
     md = matrix.matrix_markdown(root, tmp_path / "reports", history=False)
-    assert "`cpu-a` default" in md and "`gpu-b` default" in md and "FLAG [1]" in md and "FLAG [2]" in md
-    assert "**reproduced** here, **not_reproduced** on `gpu-b`" in md and "torch 2.13.0+cpu" in md
+    assert "## Scale `default`" in md and "| A | `cpu-a` | this checkout |" in md and "| B | `gpu-b` |" in md
+    # one flag for the pair (not one per side), anchored, linked from both cells
+    assert md.count('<a id="flag-1"></a>') == 1 and "flag-2" not in md and md.count("[flag 1](#flag-1)") == 2
+    assert "**reproduced** here (`cpu-a`), **not_reproduced** on `gpu-b`" in md and "torch 2.13.0+cpu" in md
+    assert max(len(line) for line in md.splitlines()) <= matrix.WIDTH
     assert "quantization" in md  # every registered claim has a row, with or without results
     html = matrix.matrix_html(root, history=False)
     assert html.count('class="flag"') == 2 and "headline holds: holds here, fails on gpu-b" in html
@@ -149,7 +152,17 @@ def test_page_renders_the_verdict_contract(tmp_path):
     (res / "verdict.json").write_text(json.dumps(old))
     pages.claim_page(claim, res, page, page.with_suffix(""))
     md = page.read_text()
-    assert "Verdict: **reproduced**" in md and "Setup beside" not in md and "headline" not in md
+    assert "Verdict: **reproduced**" in md and "Setup beside" not in md and "none marked" in md
+    # with numbers, the headline table comes first: measured beside the paper, the difference, the verdict
+    nums = {"value": 2.9, "unit": "per-layer exponent", "lo": 2.7, "hi": 3.1, "paper": 3.0, "paper_text": None,
+            "compare": "difference"}
+    new = {**v, "scale": "default", "hardware": "hw", "checks": [{**checks[0], "numbers": nums}, checks[1]]}
+    (res / "verdict.json").write_text(json.dumps(new))
+    pages.claim_page(claim, res, page, page.with_suffix(""))
+    head = page.read_text().splitlines()[:15]
+    table = [line for line in head if line.startswith("|")]
+    assert "headline" in table[0] and "measured" in table[0] and "paper" in table[0] and "vs paper" in table[0]
+    assert "2.9 [2.7, 3.1]" in table[2] and "| 3 " in table[2] and "-0.1" in table[2] and "inconclusive" in table[2]
 
 
 def test_shorten_cuts_at_a_clause_boundary_only():
@@ -176,7 +189,7 @@ def test_two_machines_in_the_workflow_flag_the_flipped_checks(tmp_path):
                 f"hardware={hw}", claims)
         assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     md = (tmp_path / "reports/matrix.md").read_text()
-    assert "`test-hw-a` tiny" in md and "`test-hw-b` tiny" in md and "FLAG [1]" not in md
+    assert "## Scale `tiny`" in md and "`test-hw-a`" in md and "`test-hw-b`" in md and "flag-1" not in md
     vpath = tmp_path / "results/test-hw-b/tiny/block_numerics/verdict.json"
     v = json.loads(vpath.read_text())
     flipped = v["checks"][0]["name"]
@@ -188,8 +201,8 @@ def test_two_machines_in_the_workflow_flag_the_flipped_checks(tmp_path):
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "block_numerics" not in planned_jobs(r.stdout)  # the experiment is not rerun, only its page and the matrix
     md = (tmp_path / "reports/matrix.md").read_text()
-    assert "FLAG [1]" in md and "FLAG [2]" in md, md
-    assert "**not_reproduced** here, **not_applicable** on `test-hw-a`" in md
-    assert f"{flipped}: " in md and "on test-hw-a" in md and "on test-hw-b" in md
+    assert md.count('<a id="flag-1"></a>') == 1 and "flag-2" not in md, md  # the pair is one flag
+    assert "**not_applicable** here (`test-hw-a`), **not_reproduced** on `test-hw-b`" in md
+    assert f"{flipped}: " in md and "on test-hw-b" in md
     page = (tmp_path / "reports/test-hw-b/tiny/block_numerics.md").read_text()
     assert "Verdict: **not_reproduced**" in page

@@ -60,7 +60,8 @@ def test_publish_copies_a_clean_run_and_renders_it_as_a_reference(tmp_path, meas
     assert (dst / CLAIM / "verdict.json").read_bytes() == (res / "pub-hw/tiny" / CLAIM / "verdict.json").read_bytes()
     page = (refs / "reports/pub-hw/tiny" / f"{CLAIM}.md").read_text()
     assert "reference run of `pub-hw`, committed: measured at commit `aaaaaaa`" in page
-    assert "`pub-hw` tiny (reference)" in (refs / "reports/matrix.md").read_text()
+    assert "| A | `pub-hw` | reference |" in (refs / "reports/matrix.md").read_text()
+    assert (refs / "reports/matrix.csv").read_text().splitlines()[1].startswith("pub-hw,tiny,reference,")
     assert {p: p.read_bytes() for p in res.rglob("*") if p.is_file()} == before  # the run is not touched
 
 

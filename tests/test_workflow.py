@@ -123,8 +123,11 @@ def test_tiny_end_to_end(tmp_path):
     assert {p: p.read_bytes() for p in refs.rglob("*") if p.is_file()} == reference  # references untouched
     assert _git_status() == status_before  # nothing tracked changed (results/ and reports/ are ignored)
     matrix_md = (tmp_path / "reports/matrix.md").read_text()
-    assert "`test-hw` tiny (this checkout)" in matrix_md and "`test-hw` tiny (reference)" in matrix_md
-    assert "ref 0000000 2026-01-01" in matrix_md
+    assert "| A | `test-hw` | this checkout |" in matrix_md and "| B | `test-hw` | reference | 0000000 2026-01-01" \
+        in matrix_md
+    csv = pd.read_csv(tmp_path / "reports/matrix.csv")  # the same cells as data: one row per machine x claim
+    assert set(csv["source"]) == {"run", "reference"} and not csv.duplicated(["source", "hardware", "claim"]).any()
+    assert (tmp_path / "reports/test-hw/tiny/translation.md").exists()  # the shared model's benchmark has a page
     # issue 18: every job of the run wrote Snakemake's benchmark file beside the results, and the index tabulates
     # them (the index itself, the matrix and the comparison run after it and have theirs too)
     from repro.report.runtime import read_benchmarks

@@ -168,7 +168,8 @@ rule matrix:
     input:
         W.matrix_inputs(),
     output:
-        W.matrix(),
+        md=W.matrix(),
+        csv=W.matrix().removesuffix(".md") + ".csv",
     log:
         f"{W.logs}/matrix.log",
     benchmark:
@@ -180,4 +181,4 @@ rule matrix:
         mem_mb=2000,
     shell:
         f"{W.py} -m repro.report.matrix --results {W.cfg['results_dir']} --reports {W.cfg['reports_dir']} "
-        f"--references {W.refs} --out {{output}} > {{log}} 2>&1"
+        f"--references {W.refs} --out {{output.md}} > {{log}} 2>&1"

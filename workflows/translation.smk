@@ -143,3 +143,26 @@ rule translation:
     """Target: the translation benchmark results (BLEU reached, minutes trained)."""
     input:
         W.outputs("translation")["verdict"],
+
+
+rule translation_report:
+    """The translation benchmark's page (markdown and self-contained HTML), as a claim's page: its headline (test
+    BLEU beside its target and the copy baseline), checks and provenance."""
+    input:
+        **W.outputs("translation"),
+    output:
+        page=f"{W.rep}/translation.md",
+        html=f"{W.rep}/translation.html",
+        figures=directory(f"{W.rep}/translation"),
+    log:
+        f"{W.logs}/translation.report.log",
+    benchmark:
+        W.bench("translation.report")
+    conda:
+        "../environment.yml"
+    resources:
+        runtime=10,
+        mem_mb=2000,
+    shell:
+        f"{W.py} -m repro.report claim --claim translation --results {W.res}/translation "
+        f"--page {{output.page}} --figures {{output.figures}} > {{log}} 2>&1"

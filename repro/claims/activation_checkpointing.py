@@ -317,6 +317,7 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
     full recomputation keeps 2sbh; sqrt(n) checkpointing gives peak memory ~ n^0.5 (Chen). These are exact byte
     counts, the same on any device. Secondary: the time overheads, decided by the IQR interval of the paired
     per-round ratios (a spread that straddles the tolerance band leaves the check undecided, naming the load)."""
+    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
     tol, load = params["tolerance"], load or {}
     busy = timing.load_note(load)
     rel, checks = tol["coeff_rel"], []
@@ -339,8 +340,9 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
                  if r["sweep"]["dropout"] > 0]
         if found:
             v = found[0]["value"]
-            checks.append(check(f"per-layer {key} (math, fp32 as 16-bit, dropout on)", abs(v - pub) <= rel * pub,
-                                f"{v:.3f}", f"{pub} (Korthikanti Eq. 1, +-{100 * rel:.0f}%)", headline=sec == "total"))
+            checks.append(check(f"per-layer {key} (math, fp32 as 16-bit, dropout on)", abs(v - pub) < rel * pub,
+                                f"{v:.3f}", f"{pub} (Korthikanti Eq. 1, +-{100 * rel:.0f}%)", headline=sec == "total",
+                                numbers=numbers(v, "sbh" if kind == "sbh" else "as^2b", paper=pub, compare="ratio")))
     for pol, pub in (("full", paper("korthikanti_full_recompute_sbh_coeff")),
                      ("selective", paper("korthikanti_selective_sbh_coeff"))):
         found = [r for r in _find(rows, "saved_coeff_16bit", section="total", kind="sbh", policy=pol, **formula)
@@ -350,8 +352,9 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
         if found:
             v, sc = found[0]["value"], (score[0]["value"] if score else 0.0)
             checks.append(check(f"{pol} recomputation keeps {pub:g}sbh and no as^2b term",
-                                abs(v - pub) <= rel * pub and sc == 0.0, f"{v:.3f} sbh + {sc:.3f} as^2b",
-                                f"{pub}sbh (Korthikanti Table 2)", headline=pol == "full"))
+                                abs(v - pub) < rel * pub and sc == 0.0, f"{v:.3f} sbh + {sc:.3f} as^2b",
+                                f"{pub}sbh (Korthikanti Table 2)", headline=pol == "full",
+                                numbers=numbers(v, "sbh", paper=pub, compare="ratio")))
     sdpa = [r for r in rows if r["metric"] == "saved_coeff_16bit" and r["sweep"].get("backend") == "sdpa"
             and r["sweep"].get("policy") == "none" and r["sweep"].get("section") == "total"]
     if sdpa:
@@ -363,11 +366,12 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
     lo, hi = tol["sqrt_slope"]
     if "sqrt" in slopes:
         checks.append(check("peak memory vs depth, sqrt(n) segments: log-log slope about 0.5",
-                            lo <= slopes["sqrt"] <= hi, f"{slopes['sqrt']:.3f}", f"{paper('chen_memory_exponent'):g} (Chen Sec. 4; accepted {lo}..{hi})",
-                            headline=True))
+                            lo < slopes["sqrt"] < hi, f"{slopes['sqrt']:.3f}", f"{paper('chen_memory_exponent'):g} (Chen Sec. 4; accepted {lo}..{hi})",
+                            headline=True, numbers=numbers(slopes["sqrt"], "log-log slope vs depth",
+                                                           paper=paper("chen_memory_exponent"), compare="difference")))
     lo, hi = tol["none_slope"]
     if "none" in slopes:
-        checks.append(check("peak memory vs depth without checkpointing: slope about 1", lo <= slopes["none"] <= hi,
+        checks.append(check("peak memory vs depth without checkpointing: slope about 1", lo < slopes["none"] < hi,
                             f"{slopes['none']:.3f}", f"1 (accepted {lo}..{hi})"))
     over = {r["sweep"]["policy"]: r["value"] for r in rows if r["metric"] == "time_overhead"}
     iqr = {r["sweep"]["policy"]: r.get("spread") or 0.0 for r in rows if r["metric"] == "time_overhead"}
@@ -385,10 +389,10 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
     if "full" in over and "selective" in over:
         sel, si, f, fi = over["selective"], iqr.get("selective", 0.0), over["full"], iqr.get("full", 0.0)
         frac = tol["selective_fraction_of_full"]
-        ok = (True if sel + si / 2 <= frac * (f - fi / 2) else False if sel - si / 2 > frac * (f + fi / 2) else None)
+        ok = (True if sel + si / 2 < frac * (f - fi / 2) else False if sel - si / 2 > frac * (f + fi / 2) else None)
         checks.append(check("selective recomputation is much cheaper than full", ok,
                             f"selective +{sel:.1f}% (IQR {si:.1f}) vs full +{f:.1f}% (IQR {fi:.1f})",
-                            f"selective <= {frac} x full (Korthikanti: +{paper('korthikanti_selective_overhead'):g}% vs "
+                            f"selective < {frac} x full (Korthikanti: +{paper('korthikanti_selective_overhead'):g}% vs "
                             f"+{paper('korthikanti_full_recompute_overhead'):g}%)",
                             interval="median +- IQR/2 of paired per-round ratios", undecided_because=why))
     return verdict_from_checks(CLAIM, checks, scale, setup=setup_table(CLAIM, this_setup(params)), load=load)

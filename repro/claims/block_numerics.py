@@ -134,21 +134,23 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     rounding. Secondary: the residual chain's gradient (1 + F'(x), branch gain about 1), fp16 epsilon, and the
     deep-stack trainability experiment, which is decided only when its two controls (the shallow plain stack and
     the deep residual stack) learned in every seed and the deep plain stack agrees across seeds."""
+    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
     tol, checks = params["value_tolerance"], []
     tol_rel = params["residual_growth_tolerance"]
     for r in rows:
         pv = r.get("published_value")
         if isinstance(pv, (int, float)) and r["metric"].endswith("_output"):
             checks.append(check(f"{r['metric']}[{r['sweep'].get('index', r['sweep'].get('x'))}]",
-                                abs(r["value"] - pv) <= tol, f"{r['value']:.4f}", f"{pv} ({r['source']})",
-                                headline=True))
+                                abs(r["value"] - pv) < tol, f"{r['value']:.4f}", f"{pv} ({r['source']})",
+                                headline=True, numbers=numbers(r["value"], r.get("unit") or "value", paper=pv,
+                                                               compare="difference")))
     plain_rows = [r for r in rows if r["metric"] == "plain_chain_gradient_gain"]
     for r in plain_rows:
         if isinstance(r.get("published_value"), (int, float)):
             pv = r["published_value"]
             checks.append(check(f"gradient through {r['sweep']['depth']} layers of gain {r['sweep']['gain']}",
-                                abs(r["value"] - pv) <= 0.005 * pv + 0.00005, f"{r['value']:.4g}", f"{pv}",
-                                headline=True))
+                                abs(r["value"] - pv) < 0.005 * pv + 0.00005, f"{r['value']:.4g}", f"{pv}",
+                                headline=True, numbers=numbers(r["value"], "gradient gain", paper=pv, compare="ratio")))
     res = [r for r in rows if r["metric"] == "residual_chain_gradient_gain"]
     if res:
         # 1 + F'(x) with F' = c g Q (random orthogonal): each layer multiplies E||grad||^2 by 1 + (c g)^2, so the
@@ -160,7 +162,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             per_layer = [v ** (1 / depth) for v in vals]
             pred = math.sqrt(1 + (c * g) ** 2)
             plain_g = next((r["value"] for r in plain_rows if r["sweep"]["gain"] == g), float("nan"))
-            ok.append(min(vals) >= 1.0 and all(1.0 <= pl <= pred * (1 + tol_rel) for pl in per_layer))
+            ok.append(min(vals) >= 1.0 and all(1.0 <= pl < pred * (1 + tol_rel) for pl in per_layer))
             parts.append(f"gain {g}: residual {min(vals):.3g}..{max(vals):.3g} over {len(vals)} seeds (plain "
                          f"{plain_g:.3g}); per layer {min(per_layer):.4f}..{max(per_layer):.4f} vs sqrt(1+(cg)^2) = "
                          f"{pred:.4f}")
@@ -188,11 +190,11 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                           ", ".join(f"{k}: final/initial loss {min(v):.2f}..{max(v):.2f}" for k, v in controls.items()),
                           f"every seed below {frac} of ln(vocab)"))
         deep = by.get("deep_plain", [])
-        fails_all, learns_all = all(v >= frac for v in deep), all(v < frac for v in deep)
+        fails_all, learns_all = all(v > frac for v in deep), all(v < frac for v in deep)
         c = check("a deep stack without residuals does not train where shallow and residual ones do",
                   True if fails_all else False if learns_all else None,
                   f"deep plain: final/initial loss {min(deep):.2f}..{max(deep):.2f} over {len(deep)} seeds",
-                  f"deep plain stays at or above {frac} of ln(vocab) in every seed",
+                  f"deep plain stays above {frac} of ln(vocab) in every seed",
                   interval=f"range over {len(deep)} seeds",
                   undecided_because=None if fails_all or learns_all else "the seeds disagree")
         checks.append(gated(c, gates))

@@ -234,6 +234,7 @@ def judge(rows: list[dict], params: dict, scale: str, device: str | None = None,
     peak memory linear in N and standard attention's quadratic (fitted exponents strictly inside
     ``tolerance.linear_exponent`` / ``quadratic_exponent``; on an edge undecided), and Table 21's memory ratio > 1
     and growing strictly with N."""
+    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
     from repro.bench.stats import both
 
     tol, checks, load = params["tolerance"], [], load or {}
@@ -310,7 +311,8 @@ def judge(rows: list[dict], params: dict, scale: str, device: str | None = None,
             checks.append(check(names[r["metric"]].format(fused),
                                 decide_interval(lo_r, hi_r, above=1.0) if on_gpu else None, measured,
                                 f"> 1x (paper: {text})", headline=r["metric"] == "fig2_speedup_over_math",
-                                interval=interval, undecided_because=gpu_why if on_gpu else cpu_why))
+                                interval=interval, undecided_because=gpu_why if on_gpu else cpu_why,
+                                numbers=numbers(med, "x speed-up", lo=lo_r, hi=hi_r, paper=target, compare="ratio")))
             checks.append(check(names[r["metric"]].format(fused) + f", at least {frac:g} x the paper's speed-up",
                                 decide_interval(lo_r, hi_r, above=need) if on_gpu else None, measured,
                                 f"> {need:.2f}x = {frac:g} x the paper's {text}", interval=interval,

@@ -448,7 +448,7 @@ def _one_method(model, name: str, m: dict, params: dict, calibrate_with, score, 
     q = score(model)
     sw = _sweep(name, m)
     rows.append(metric(CLAIM, "valid_ppl", q["valid_ppl"], "perplexity", n=q["valid_tokens"],
-                       published_key={"fp32": "int8_c4_ppl_13b_fp32", "int8_vectorwise": "int8_c4_ppl_13b_absmax",
+                       published_key={"fp32": "int8_c4_ppl_13b_fp32", "int8_absmax": "int8_c4_ppl_13b_absmax",
                                       "llm_int8": "int8_c4_ppl_13b_llm_int8"}.get(m["method"]), **sw))
     rows.append(metric(CLAIM, "valid_nll", q["valid_nll"], "nats/token", n=q["valid_tokens"], **sw))
     if "bleu" in q:
@@ -571,6 +571,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
        shares are reported (the phase shift is at 6.7B parameters).
     10. GPTQ's 3.25x / 4.5x generation speedups: undecided (needs its packed 3/4-bit CUDA kernels).
     """
+    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
     from repro import registry
 
     c, checks, gates = params["checks"], [], []
@@ -650,11 +651,16 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                                       + how,
                                       undecided_because=None if ok is not None else (
                                           how if h is None else f"the change's interval [{100 * (r - h):+.2f}%, "
-                                          f"{100 * (r + h):+.2f}%] reaches the +-{tol_pct}% tolerance")),
+                                          f"{100 * (r + h):+.2f}%] reaches the +-{tol_pct}% tolerance"),
+                                      numbers=numbers(100 * r, "% perplexity change", lo=None if h is None else
+                                                      100 * (r - h), hi=None if h is None else 100 * (r + h),
+                                                      paper=100 * (pub("int8_c4_ppl_13b_llm_int8")
+                                                                   / pub("int8_c4_ppl_13b_fp32") - 1),
+                                                      compare="difference")),
                                 gate_of.get(m, [])))
     # 2. GPTQ below RTN
     for m in models:
-        parts, decisions, ivs = [], [], []
+        parts, decisions, ivs, ratios = [], [], [], []
         for meth in sorted({r["sweep"]["method"] for r in _sel(rows, "valid_ppl", model=m, family="gptq")}):
             g, rt = _ppl(rows, m, meth), _ppl(rows, m, meth.replace("gptq", "rtn"))
             if not (g and rt):
@@ -662,6 +668,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             lo, hi = t_interval(*g)
             decisions.append(decide_interval(lo, hi, below=rt[0]))
             ivs.append(f"{meth} [{lo:.2f}, {hi:.2f}]")
+            ratios.append(g[0] / rt[0])
             parts.append(f"{meth} {g[0]:.2f} +- {g[1] or 0:.2f} vs {meth.replace('gptq', 'rtn')} {rt[0]:.2f}")
         if decisions:
             ok = False if False in decisions else (None if None in decisions else True)
@@ -670,7 +677,9 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                                       "at 3 bits)", headline=True,
                                       interval="95% t-interval over calibration seeds: " + "; ".join(ivs),
                                       undecided_because=None if ok is not None else
-                                      "an interval over calibration seeds straddles RTN's perplexity"),
+                                      "an interval over calibration seeds straddles RTN's perplexity",
+                                      numbers=numbers(max(ratios), "GPTQ / RTN perplexity (worst setting)",
+                                                      paper_text="< 1 at 3 and 4 bits")),
                                 gate_of.get(m, [])))
     # 3. absmax worse than LLM.int8(): strictly, by more than the noise of one run on each side
     for m in models:

@@ -440,10 +440,19 @@ def _decide(xs: list[float], **side) -> tuple[bool | None, str | None]:
     return passed, None
 
 
-def _check(name: str, xs: list[float], side: dict, measured: str, expected: str, headline=False) -> dict:
+def _check(name: str, xs: list[float], side: dict, measured: str, expected: str, headline=False,
+           paper_text: str | None = None) -> dict:
+    """A check on the paired per-seed NLL gaps ``xs``; ``paper_text`` (headline checks): the paper's numbers beside
+    the mean gap in the headline tables."""
+    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
+
     passed, because = _decide(xs, **side)
+    nums = None
+    if paper_text is not None and xs:
+        mean, lo, hi = (records.sample_interval(xs)[:3] if len(xs) >= 2 else (sum(xs) / len(xs), None, None))
+        nums = numbers(mean, "nats (no warm-up - warm-up)", lo=lo, hi=hi, paper_text=paper_text)
     return check(name, passed, measured, expected, headline=headline,
-                 interval=_ci(xs) if len(xs) >= 2 else None, undecided_because=because)
+                 interval=_ci(xs) if len(xs) >= 2 else None, undecided_because=because, numbers=nums)
 
 
 def gates(g: Grid, params: dict, copy_bleu: float | None) -> list[dict]:
@@ -562,13 +571,15 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
                          f"without vs ~{pub('xiong_postln_warmup_bleu'):g} BLEU with warm-up "
                          f"{max(pub('xiong_warmup_steps'))}; warm-up {min(pub('xiong_warmup_steps'))} at lr "
                          f"{max(pub('xiong_adam_lrs')):g}: {pub('xiong_postln_warmup500_lr1e3_bleu')} BLEU)"
-                         + ("" if same_decay else "; the no-warm-up arm also has no decay (setup)"), headline=True))
+                         + ("" if same_decay else "; the no-warm-up arm also has no decay (setup)"), headline=True,
+                         paper_text=f"{pub('xiong_postln_no_warmup_bleu')} vs ~{pub('xiong_postln_warmup_bleu'):g} BLEU"))
     for lr in [hi] + [x for x in reversed(lrs) if x != hi]:
         a, b = ln("pre", lr, warmup=w), ln("pre", lr)
         xs = g.paired(b, a)
         checks.append(_check(f"Pre-LN trains without warm-up at lr {lr:g}", xs, {"below": tol},
                              f"no warm-up {g.describe(b)} vs warm-up {w}: {g.describe(a)}",
-                             f"no-warm-up NLL within {tol} nats of warm-up (Xiong Sec. 3.2)", headline=lr == hi))
+                             f"no-warm-up NLL within {tol} nats of warm-up (Xiong Sec. 3.2)", headline=lr == hi,
+                             paper_text="trains without warm-up" if lr == hi else None))
     # secondary
     xs = g.paired(post_n, pre_n)
     checks.append(_check(f"without warm-up Pre-LN beats Post-LN at lr {hi:g}", xs, {"above": gap},

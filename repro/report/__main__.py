@@ -8,7 +8,7 @@ import sys
 
 from repro.bench.records import ResultsError
 
-from .pages import claim_page, index_page
+from .pages import ARTEFACT_PAGES, claim_page, index_page
 
 
 def main(argv=None) -> int:
@@ -79,7 +79,7 @@ def rebuild(results_root: str, reports_root: str, references_root: str | None = 
 
     refs = references_root if references_root and Path(references_root).is_dir() else None
     cells = read_cells(results_root)
-    implemented = set(registry.implemented_claims())  # registered, with a module and a config
+    implemented = set(registry.implemented_claims()) | set(ARTEFACT_PAGES)  # with a module and a config
     for c in cells:
         if c.claim in implemented:
             page = Path(reports_root) / c.hardware / c.scale / f"{c.claim}.md"

@@ -42,7 +42,6 @@ log = logging.getLogger("repro.compare")
 MISSING, NOT_MEASURED, NOT_AVAILABLE = "missing", "not measured", "n/a"
 
 SOFTWARE_FIELDS = ("torch", "triton", "cuda", "driver", "python")
-MAX_SETTINGS = 40  # bars per plot panel; the table always has every row
 
 
 def is_perf_row(kind) -> bool:
@@ -83,16 +82,6 @@ def software(fp: dict) -> dict:
 def software_diff(a: dict, b: dict) -> list[str]:
     """Names of the software fields that differ between two :func:`software` dicts."""
     return [k for k in SOFTWARE_FIELDS if (a.get(k) or None) != (b.get(k) or None)]
-
-
-def describe_differences(by_hw: dict[str, dict]) -> str:
-    """'torch: 2.13.0+cpu vs 2.5.1; cuda: none vs 12.4' for the fields that differ between the machines given
-    (values in the order of ``by_hw``); empty when fewer than two machines or nothing differs."""
-    if len(by_hw) < 2:
-        return ""
-    sws = list(by_hw.values())
-    fields = [f for f in SOFTWARE_FIELDS if len({s.get(f) or None for s in sws}) > 1]
-    return "; ".join(f"{f}: " + " vs ".join(str(s.get(f) or "none") for s in sws) for f in fields)
 
 
 @dataclass
@@ -196,6 +185,8 @@ def long_frame(results: Results, claim: str) -> pd.DataFrame:
         part = pd.DataFrame({
             "hardware": hw, "metric": m["metric"].astype(str), "sweep": m["sweep"].map(_sweep_key),
             "unit": m["unit"].astype(str), "value": m["value"].map(_number),
+            "spread": m["spread"].map(_number) if "spread" in m else None,
+            "n": m["n"].map(_number) if "n" in m else None,
             "published_key": m.get("published_key", pd.Series([None] * len(m), index=m.index)),
             "published_value": m.get("published_value", pd.Series([None] * len(m), index=m.index)),
             "published_unit": m.get("published_unit", pd.Series([None] * len(m), index=m.index)),
@@ -205,25 +196,59 @@ def long_frame(results: Results, claim: str) -> pd.DataFrame:
             log.warning("%s/%s: %d rows share a (metric, sweep); their median is compared", hw, claim, int(dup.sum()))
             part = part.groupby(["hardware", "metric", "sweep", "unit"], as_index=False, dropna=False, sort=False).agg(
                 value=("value", lambda s: None if s.dropna().empty else float(s.dropna().median())),
+                spread=("spread", "first"), n=("n", "first"),
                 published_key=("published_key", "first"), published_value=("published_value", "first"),
                 published_unit=("published_unit", "first"))
         parts.append(part)
     if not parts:
-        return pd.DataFrame(columns=["hardware", "metric", "sweep", "unit", "value", "published_key",
+        return pd.DataFrame(columns=["hardware", "metric", "sweep", "unit", "value", "spread", "n", "published_key",
                                      "published_value", "published_unit"])
     return pd.concat(parts, ignore_index=True)
+
+
+PERCENT_UNITS = ("percent", "%", "pct", "percent points")
+
+
+def is_percent(unit) -> bool:
+    """Whether ``unit`` is a percentage (compared by a difference in points, never by a ratio)."""
+    return isinstance(unit, str) and (unit.strip().lower() in PERCENT_UNITS or unit.strip().lower().startswith(
+        ("percent", "% ")))
+
+
+def _with_noise(v: float | None, spread: float | None, n: float | None) -> str:
+    """'1.234 +- 0.05 (n 7)' as asv / pytest-benchmark show a measurement; the bare value without a spread."""
+    if v is None:
+        return NOT_AVAILABLE
+    text = _fmt(v)
+    if spread is not None and spread > 0:
+        text += f" +- {_fmt(spread)}"
+    if n is not None and n > 1:
+        text += f" (n {int(n)})"
+    return text
+
+
+def _versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool) -> str:
+    """a against b: a difference in points for percentages, else a ratio; '~' when the difference lies within the
+    two spreads (noise), so only differences beyond the noise stand out."""
+    if a is None or b is None:
+        return ""
+    noise = (sa or 0.0) + (sb or 0.0)
+    within = "~" if noise > 0 and abs(a - b) <= noise else ""
+    if percent:
+        return f"{within}{a - b:+.3g} pp"
+    return f"{within}{a / b:.3g}x" if b else ""
 
 
 def compare_table(results: Results, claim: str, reference: str | None = None) -> pd.DataFrame:
     """The wide comparison table of one claim (cells are display strings; see the module docstring).
 
-    Columns: metric, setting, unit, paper, paper hardware, one column per hardware, ``<hw> / paper`` for each
-    hardware, ``<hw> / <reference>`` for every other hardware, and ``software differs`` (the fields of torch,
-    triton, CUDA, driver, python that differ between the machines compared in that row)."""
+    Columns: metric, setting, unit, paper, paper hardware, one column per hardware (value +- spread (n)),
+    ``<hw> vs paper`` for each hardware and ``<hw> vs <reference>`` for every other hardware: a ratio of like
+    quantities, a difference in points for percentages, marked ``~`` when within the spreads. Which software each
+    machine ran is in the software table, once per machine."""
     hws = list(results.hardware)
     ref = reference if reference in hws else (hws[0] if hws else None)
     frame = long_frame(results, claim)
-    sw = {hw: software(results.fingerprints[(hw, claim)]) for hw in hws if (hw, claim) in results.fingerprints}
     keys = list(dict.fromkeys(zip(frame["metric"], frame["sweep"])))
     rows = []
     for metric, sweep in keys:
@@ -241,7 +266,7 @@ def compare_table(results: Results, claim: str, reference: str | None = None) ->
             pub_hw = _paper_hardware(claim, p["published_key"])
         row = {"metric": metric, "setting": _sweep_text(sweep), "unit": unit, "paper": pub_text,
                "paper hardware": pub_hw or ("" if not pub_text else "not stated")}
-        values: dict[str, float | None] = {}
+        values: dict[str, tuple] = {}
         for hw in hws:
             if (hw, claim) not in results.metrics:
                 row[hw] = MISSING
@@ -250,38 +275,51 @@ def compare_table(results: Results, claim: str, reference: str | None = None) ->
             if not len(hit):
                 row[hw] = NOT_MEASURED
                 continue
-            v = _number(hit["value"].iloc[0])
+            v, sp, n = _number(hit["value"].iloc[0]), _number(hit["spread"].iloc[0]), _number(hit["n"].iloc[0])
             hw_unit = hit["unit"].iloc[0]
             if v is not None and _unit_key(hw_unit) != _unit_key(unit):
                 conv = convert(v, hw_unit, unit)
                 if conv is None:
                     row[hw] = f"{_fmt(v)} {hw_unit}"
                     continue
+                sp = None if sp is None else convert(sp, hw_unit, unit)
                 v = conv
-            values[hw] = v
-            row[hw] = NOT_AVAILABLE if v is None else _fmt(v)
+            values[hw] = (v, sp)
+            row[hw] = _with_noise(v, sp, n)
+        percent = is_percent(unit)
         for hw in hws:
-            v = values.get(hw)
-            ratio = None
-            if v is not None and pub_val not in (None, 0) and isinstance(pub_unit, str):
+            v, sp = values.get(hw, (None, None))
+            cell = ""
+            if v is not None and pub_val is not None and isinstance(pub_unit, str):
                 in_pub_unit = convert(v, unit, pub_unit)
-                if in_pub_unit is not None:
-                    ratio = in_pub_unit / pub_val
-            row[f"{hw} / paper"] = _fmt_ratio(ratio)
+                if in_pub_unit is not None and (percent or pub_val != 0):
+                    sp_pub = None if sp is None else convert(sp, unit, pub_unit)
+                    cell = _versus(in_pub_unit, sp_pub, pub_val, None, percent)
+            row[f"{hw} vs paper"] = cell
         for hw in hws:
             if hw == ref:
                 continue
-            a, b = values.get(hw), values.get(ref)
-            row[f"{hw} / {ref}"] = _fmt_ratio(a / b if a is not None and b not in (None, 0) else None)
-        compared = [hw for hw in hws if values.get(hw) is not None and hw in sw]
-        row["software differs"] = describe_differences({hw: sw[hw] for hw in compared})
+            (a, sa), (b, sb) = values.get(hw, (None, None)), values.get(ref, (None, None))
+            row[f"{hw} vs {ref}"] = _versus(a, sa, b, sb, percent)
         rows.append(row)
-    columns = (["metric", "setting", "unit", "paper", "paper hardware", *hws, *[f"{hw} / paper" for hw in hws],
-                *[f"{hw} / {ref}" for hw in hws if hw != ref], "software differs"])
+    columns = (["metric", "setting", "unit", "paper", "paper hardware", *hws, *[f"{hw} vs paper" for hw in hws],
+                *[f"{hw} vs {ref}" for hw in hws if hw != ref]])
     table = pd.DataFrame(rows, columns=columns)
-    # Drop ratio-to-paper columns that are empty in every row (claims without comparable published numbers).
-    empty = [c for c in table.columns if c.endswith(" / paper") and not table[c].astype(bool).any()]
+    # Drop comparison-with-paper columns that are empty in every row (claims without comparable published numbers).
+    empty = [c for c in table.columns if c.endswith(" vs paper") and not table[c].astype(bool).any()]
     return table.drop(columns=empty)
+
+
+MAX_ROWS = 40  # rows a compare page shows (a screenful); every row is in the CSV beside it
+
+
+def key_rows(table: pd.DataFrame, limit: int = MAX_ROWS) -> pd.DataFrame:
+    """The rows a compare page shows: those with a paper value first, then the rest in order, at most ``limit``."""
+    if len(table) <= limit:
+        return table
+    with_paper = table[table["paper"].astype(bool)]
+    rest = table[~table["paper"].astype(bool)]
+    return pd.concat([with_paper, rest]).head(limit)
 
 
 def software_table(results: Results, claim: str, reference: str | None = None) -> pd.DataFrame:
@@ -323,7 +361,10 @@ def _short_labels(sweeps: pd.Series) -> pd.Series:
     return pd.Series(["\n".join(textwrap.wrap(lab, 32)) for lab in labels], index=sweeps.index)
 
 
-def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
+MAX_PANELS, MAX_BARS = 4, 12  # one figure per question: a few panels, a screenful of bars each
+
+
+def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None) -> Path | None:
     """One seaborn figure per claim: each metric a panel (a grid of up to three columns, read at 100%), values per
     setting as horizontal bars, one colour per machine and the paper (where its unit matches), one legend for all
     panels. Log scale where a panel spans more than two decades."""
@@ -337,6 +378,8 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
 
     theme()
     frame = long_frame(results, claim)
+    if keep is not None:  # the rows the page shows
+        frame = frame[[(m, _sweep_text(w)) in keep for m, w in zip(frame["metric"], frame["sweep"])]]
     if not len(frame):
         return None
     points = []
@@ -358,7 +401,8 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
     if not len(data):
         return None
     data["setting"] = data.groupby("metric")["sweep"].transform(_short_labels)
-    metrics = list(dict.fromkeys(data["metric"]))
+    metrics = list(dict.fromkeys(data["metric"]))[:MAX_PANELS]
+    data = data[data["metric"].isin(metrics)]
     order = list(dict.fromkeys(data["source"]))
     machines = [s for s in order if not s.startswith("paper (")]
     palette = dict(zip(machines, sns.color_palette("colorblind", len(machines))))
@@ -378,8 +422,8 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
     for name in metrics:
         d = data[data["metric"] == name]
         settings = list(dict.fromkeys(d["setting"]))
-        if len(settings) > MAX_SETTINGS:
-            d = d[d["setting"].isin(settings[:MAX_SETTINGS])]
+        if len(settings) > MAX_BARS:
+            d = d[d["setting"].isin(settings[:MAX_BARS])]
         shown[name] = (d, len(settings))
         heights.append(1.3 + 0.26 * d["setting"].nunique() * max(1, d["source"].nunique()))
     # a grid read row by row; each row as tall as its tallest panel
@@ -396,8 +440,8 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
         positive = d["value"][d["value"] > 0]
         if len(positive) and (d["value"] > 0).all() and positive.max() / positive.min() > 100:
             ax.set_xscale("log")
-        title = name + (f"\n(first {MAX_SETTINGS} of {n_settings} settings; all are in the table)"
-                        if n_settings > MAX_SETTINGS else "")
+        title = name + (f"\n(first {MAX_BARS} of {n_settings} settings; all are in the CSV)"
+                        if n_settings > MAX_BARS else "")
         keys = _varying_keys(d["sweep"])
         if keys:
             title += "\nsetting: " + ", ".join(keys)
@@ -417,7 +461,9 @@ def plot_claim(results: Results, claim: str, path: Path) -> Path | None:
 
 
 def _md(frame: pd.DataFrame) -> str:
-    return frame.to_markdown(index=False) if len(frame) else "_none_"
+    from repro.report.pages import _table
+
+    return _table(frame.astype(str).replace({"None": "", "nan": ""}))
 
 
 def perf_claims(results: Results) -> list[str]:
@@ -442,24 +488,27 @@ def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, ref
     for claim in selected:
         info = registry.claim(claim) if claim in registry.claim_ids() else {"code": "", "title": claim}
         table = compare_table(results, claim, ref)
+        shown = key_rows(table)
+        atomic_write_text(out / f"{claim}.csv", table.to_csv(index=False))
         sw = software_table(results, claim, ref)
-        png = plot_claim(results, claim, out / f"{claim}.png")
+        png = plot_claim(results, claim, out / f"{claim}.png", keep=set(zip(shown["metric"], shown["setting"])))
         lines = [f"# {info['code']} {claim}: timing and memory across hardware ({scale} scale)", "",
-                 f"{info['title']}. Rows are joined by (metric, setting). `paper` is the published number "
-                 "(its unit given when it differs from the measured unit) and `paper hardware` the machine it was "
-                 f"measured on (repro/registry/published.yaml). `<hw> / paper` converts units where possible; "
-                 f"`<hw> / {ref}` compares machines. `{MISSING}`: the machine has no results for this claim; "
-                 f"`{NOT_MEASURED}`: it ran the claim but not this row; `{NOT_AVAILABLE}`: the row has no value "
-                 "(e.g. skipped on that device). `software differs` names the software fields (torch, triton, "
-                 "CUDA, driver, python) that differ between the machines compared in the row, with their versions in the "
-                 "order of the hardware columns.", "",
-                 _md(table), "", "## Software behind each machine's numbers", "", _md(sw), ""]
+                 f"{info['title']}. Rows are joined by (metric, setting); values are `value +- spread (n)`. `paper` "
+                 "is the published number (its unit given when it differs) and `paper hardware` the machine it was "
+                 f"measured on (repro/registry/published.yaml). `<hw> vs paper` and `<hw> vs {ref}`: a ratio of "
+                 "like quantities, a difference in points (pp) for percentages; `~` marks a difference within the "
+                 f"spreads (noise). `{MISSING}`: no results for this claim; `{NOT_MEASURED}`: not this row; "
+                 f"`{NOT_AVAILABLE}`: no value (e.g. skipped on that device).", "",
+                 (f"Showing {len(shown)} of {len(table)} rows (those with a paper value first); every row: "
+                  f"[`{claim}.csv`]({claim}.csv)." if len(shown) < len(table) else
+                  f"Every row, also as [`{claim}.csv`]({claim}.csv)."), "",
+                 _md(shown), "", "## Software behind each machine's numbers", "", _md(sw), ""]
         if png is not None:
             lines += [f"![{claim} across hardware]({png.name})", "",
                       f"*{claim}: each machine's value per setting beside the paper's (same unit only).*", ""]
         page = out / f"{claim}.md"
         atomic_write_text(page, "\n".join(lines))
-        written += [page] + ([png] if png is not None else [])
+        written += [page, out / f"{claim}.csv"] + ([png] if png is not None else [])
         present = [hw for hw in results.hardware if (hw, claim) in results.metrics]
         index_rows.append({"claim": f"[{claim}]({claim}.md)", "title": info["title"], "rows": len(table),
                            "machines": ", ".join(present),

@@ -41,6 +41,7 @@ from repro import registry
 from repro.bench.records import atomic_write_text
 from repro.report.compare import SOFTWARE_FIELDS, software
 from repro.report.origin import RUN, Origin, Source, difference, origin_of, recorded_keys, sources
+from repro.report import headline
 from repro.report.pages import inline_html
 
 log = logging.getLogger("repro.matrix")
@@ -60,6 +61,17 @@ class Flag:
     flipped: list[str] = field(default_factory=list)
     changed: str = ""    # software / commit differences between the two runs
     difference: str = ""  # machine flags: "code", "config", "software" or "machine" (repro.report.origin)
+    here: str = ""       # the flagged cell's column label
+
+    def headline_text(self) -> str:
+        """'**reproduced** on `a`, **inconclusive** on `b` (a code difference: the measurement code differs)'."""
+        what = (f"**{self.verdict}** here (`{self.here}`), **{self.other_verdict}** on `{self.against}`"
+                if self.kind == "machine" else f"**{self.verdict}** now on `{self.here}`, **{self.other_verdict}** "
+                f"in {self.against}")
+        if self.difference:
+            what += f" (a {self.difference} difference" + (": the measurement code differs" if
+                                                            self.difference == "code" else "") + ")"
+        return what
 
     def text(self) -> str:
         what = (f"**{self.verdict}** here, **{self.other_verdict}** on `{self.against}`" if self.kind == "machine"
@@ -249,7 +261,7 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
                     c.flags.append(Flag("machine", o.name, c.status, o.status,
                                         flipped_checks(c.verdict, o.verdict, f"on {o.name}"),
                                         software_changes(c.fingerprint, o.fingerprint, c.commit(), o.commit(), o.name),
-                                        difference(recorded_keys(c.verdict), recorded_keys(o.verdict))))
+                                        difference(recorded_keys(c.verdict), recorded_keys(o.verdict)), c.name))
     if history:
         for c in cells:
             prev = previous_run(c)
@@ -266,7 +278,7 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
                     changed = "; ".join(x for x in (changed, f"same measurements, re-judged at "
                                                               f"{str(rejudged.get('commit'))[:7]}") if x)
                 c.flags.append(Flag("history", when, c.status, status,
-                                    flipped_checks(c.verdict, then, "then", here="now"), changed))
+                                    flipped_checks(c.verdict, then, "then", here="now"), changed, here=c.name))
     return cells
 
 
@@ -310,113 +322,277 @@ def _flag_list(cells: list[Cell]) -> list[tuple[int, Cell, Flag]]:
     return out
 
 
-LEGEND = ("Verdicts are computed by each claim's rule from its measured numbers (`repro/claims/<id>.py`, "
-          "`judge`): reproduced (every decided check holds), partially (the headline holds, a secondary check "
-          "fails), not_reproduced (a decided headline check fails), inconclusive (a headline could not be decided: "
-          "the control did not learn, the spread is too wide, or a CPU stood in for a GPU measurement), "
-          "not_applicable (the tiny smoke scale claims nothing).")
+LEGEND = ("Verdicts: reproduced (every decided check holds), partially (the headline holds, a secondary check "
+          "fails), not_reproduced (a decided headline fails), inconclusive (the headline could not be decided: "
+          "the control did not learn, the spread is too wide, a CPU stood in for a GPU), not_applicable (tiny "
+          "scale). The contract: docs/verdicts.md.")
+WIDTH = 200  # no line of matrix.md is longer
 
 
-def _cell_note(c: Cell) -> str:
-    """Where a cell came from and the software behind it, short."""
-    sw = _software_text(c)
-    return f"{c.origin.short() if c.origin else 'commit ' + c.commit_text()}" + (f"; {sw}" if sw else "")
+def _wrap(text: str, indent: str = "") -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * len(indent),
+                         break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def md_cell(text) -> str:
+    """A markdown table cell that cannot break its row: pipes escaped, newlines folded."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _letters(n: int) -> list[str]:
+    return [chr(ord("A") + i) if i < 26 else f"Z{i - 25}" for i in range(n)]
+
+
+def _column_cells(cells: list[Cell], col) -> list[Cell]:
+    return [c for c in cells if c.column == col]
+
+
+def _common(values: list[str]) -> str:
+    return max(set(values), key=values.count) if values else ""
+
+
+def column_info(cells: list[Cell], col) -> dict:
+    """One column's machine, source, commit (the most common of its cells) and software, stated once."""
+    mine = _column_cells(cells, col)
+    kind, hw, scale = col
+    sw = _common([_software_text(c) for c in mine])
+    commit = _common([c.commit()[:7] for c in mine])
+    when = max((str(c.verdict.get("timestamp") or "")[:10] for c in mine), default="")
+    cpu = _common([str((c.fingerprint.get("hardware") or {}).get("cpu") or "") for c in mine])
+    acc = (mine[0].fingerprint.get("hardware") or {}).get("accelerator") if mine else None
+    return {"kind": kind, "hardware": hw, "scale": scale, "commit": commit, "date": when, "software": sw,
+            "device": (acc or {}).get("name") if isinstance(acc, dict) else None, "cpu": cpu,
+            "source": "reference" if kind != RUN else "this checkout"}
+
+
+def _flag_list(cells: list[Cell]) -> list[tuple[int, Cell, Flag]]:
+    """Every flag once: a machine flag and its mirror (the other column's flag against this one) are one flag."""
+    out, seen, n = [], set(), 0
+    for c in cells:
+        for f in c.flags:
+            if f.kind == "machine":
+                key = (c.scale, c.claim, frozenset((c.name, f.against)))
+                if key in seen:
+                    continue
+                seen.add(key)
+            n += 1
+            out.append((n, c, f))
+    return out
+
+
+def _flag_numbers(cells: list[Cell]) -> dict[int, list[int]]:
+    """id(cell) -> the numbers of the flags that concern it (both cells of a machine flag)."""
+    by_name = {(c.scale, c.claim, c.name): c for c in cells}
+    out: dict[int, list[int]] = {}
+    for n, c, f in _flag_list(cells):
+        out.setdefault(id(c), []).append(n)
+        other = by_name.get((c.scale, c.claim, f.against)) if f.kind == "machine" else None
+        if other is not None:
+            out.setdefault(id(other), []).append(n)
+    return out
+
+
+def _verdict_cell(c: Cell, col_commit: str, flags: list[int], link: str | None) -> str:
+    stale = bool(c.origin and c.origin.stale)
+    shown = f"~~{c.status}~~" if stale else f"**{c.status}**"
+    parts = [f"[{shown}][{link}]" if link else shown]
+    if stale:
+        parts.append("stale")
+    if c.commit()[:7] and c.commit()[:7] != col_commit:
+        parts.append(f"@{c.commit()[:7]}")
+    parts += [f"[flag {n}](#flag-{n})" for n in flags]
+    return md_cell(" ".join(parts))
+
+
+def _headline_of_row(cells: list[Cell]) -> dict:
+    """The row's headline name and paper value, from its freshest cell (this checkout's run first)."""
+    best = sorted(cells, key=lambda c: (bool(c.origin and c.origin.stale), c.kind != RUN,
+                                        "numbers" not in (headline.headline_check(c.verdict) or {})))
+    return headline.cells(best[0].verdict, 44) if best else headline.cells({}, 44)
+
+
+def _measured(c: Cell) -> tuple[str, str]:
+    """(value with interval, difference from the paper) of a cell's headline; ('-', '') without numbers."""
+    h = headline.cells(c.verdict, 40)
+    if h["check"] is None or not h["check"].get("numbers"):
+        return "-", ""
+    return h["value"], h["compare"]
 
 
 def matrix_markdown(results_root: str | Path, reports_root: str | Path, history: bool = True,
                     references_root: str | Path | None = None, out_dir: str | Path | None = None) -> str:
-    """The matrix as markdown; page links are relative to ``out_dir`` (default: ``reports_root``)."""
+    """The matrix as markdown: per scale one headline table (per claim its headline and the paper's number, then
+    one line per machine column: the measured value with its interval, the difference from the paper and the
+    verdict), the columns' machines and software stated once, and each flag once with its own anchor. Page links
+    are relative to ``out_dir`` (default: ``reports_root``)."""
     cells, cols, rows = build(results_root, history, references_root, reports_root)
     index = {(c.claim, *c.column): c for c in cells}
-    numbers = {id(f): n for n, _, f in _flag_list(cells)}
     base = Path(out_dir if out_dir is not None else reports_root)
-    lines = ["# Verdict matrix: every claim on every machine and scale", "",
-             "The first page of the reports. One column per source, machine (hardware id) and scale: this "
-             "checkout's runs (`results/`) and the committed reference runs (`references/results/`, labelled "
-             "*reference*), one row per claim. Each cell links to the claim's page and says where it came from: "
-             "`run` (this checkout's) or `ref` (a reference), the commit that measured it and when, and **stale** "
-             "when the checkout's measurement code differs from the code that measured it (the verdict is then "
-             "not what this checkout would measure; repro/provenance.py). **FLAG [n]** marks a verdict that "
-             "differs from another column's at the same scale (labelled a code, config, software or machine "
-             "difference) or from the previous committed run of the same reference; the flags below name the "
-             "checks that flipped.", "", LEGEND, ""]
+    lines = ["# Verdict matrix: every claim on every machine and scale", ""]
+    lines += _wrap("One table per scale: each claim's headline and the paper's number, then one line per column (a "
+                   "machine: this checkout's runs, `results/`, or a committed reference, `references/results/`) "
+                   "with the measured value and its interval, the difference from the paper (x: ratio of like "
+                   "quantities; +-: points of the unit) and the verdict, linked to the claim's page. ~~struck~~ "
+                   "stale: the checkout's measurement code differs from the code that measured it; @commit: "
+                   "measured at another commit than the rest of its column; flag n: the verdict differs from "
+                   "another column's (see Flags).")
+    lines += [""] + _wrap(LEGEND) + [""]
     if not cells:
         lines += ["_No results yet: run `snakemake reproduce_all --cores all`._", ""]
         return "\n".join(lines)
-    header = ["claim"] + [_column_label(col) for col in cols]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for claim in rows:
-        code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
-        row = [f"{code}{claim}"]
-        for col in cols:
-            c = index.get((claim, *col))
-            if c is None:
-                row.append("-")
+    fnum = _flag_numbers(cells)
+    links: list[str] = []
+    for scale in dict.fromkeys(col[2] for col in cols):
+        scols = [col for col in cols if col[2] == scale]
+        letters = dict(zip(scols, _letters(len(scols))))
+        info = {col: column_info(cells, col) for col in scols}
+        lines += [f"## Scale `{scale}`", "", "| claim | headline | paper | column | measured | vs paper | verdict |",
+                  "|---|---|---|---|---:|---:|---|"]
+        for claim in rows:
+            row_cells = [index[(claim, *col)] for col in scols if (claim, *col) in index]
+            code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
+            if not row_cells:  # registered, no results in any column at this scale
+                lines.append(f"| {code}{claim} | - | - | - | - | | not run |")
                 continue
-            page = c.page()
-            shown = f"~~{c.status}~~" if c.origin and c.origin.stale else f"**{c.status}**"
-            verdict = f"[{shown}]({os.path.relpath(page, base)})" if page is not None else shown
-            flags = " ".join(f"**FLAG [{numbers[id(f)]}](#flags)**" for f in c.flags)
-            row.append(" ".join(x for x in (verdict, flags) if x) + f"<br><sub>{_cell_note(c)}</sub>")
-        lines.append("| " + " | ".join(row) + " |")
+            h = _headline_of_row(row_cells)
+            first = [f"{code}{claim}", md_cell(h["name"] + (f" ({h['unit']})" if h["unit"] else "")),
+                     md_cell(headline.shorten(h["paper"], 36))]
+            for col in scols:
+                c = index.get((claim, *col))
+                if c is None:
+                    continue
+                page = c.page()
+                link = None
+                if page is not None:
+                    link = str(len(links) + 1)
+                    links.append(f"[{link}]: {os.path.relpath(page, base)}")
+                value, diff = _measured(c)
+                lines.append("| " + " | ".join(first + [letters[col], md_cell(value), md_cell(diff),
+                                                         _verdict_cell(c, info[col]["commit"], fnum.get(id(c), []),
+                                                                       link)]) + " |")
+                first = ["", "", ""]
+        lines += ["", "| column | machine | source | commit | software |", "|---|---|---|---|---|"]
+        for col in scols:
+            i = info[col]
+            machine = f"`{i['hardware']}`" + (f" ({i['device']})" if i["device"] else "")
+            lines.append("| " + " | ".join(md_cell(x) for x in (letters[col], machine, i["source"],
+                                                                 f"{i['commit']} {i['date']}", i["software"])) + " |")
+        lines.append("")
     stale = [c for c in cells if c.origin and c.origin.stale]
     if stale:
-        lines += ["", f"Stale cells (struck through): {len(stale)}. " + "; ".join(
-            f"{c.claim} on `{c.name}` {c.scale}: {c.origin.stale}" for c in stale[:12])
-            + ("; ..." if len(stale) > 12 else "")]
+        lines += _wrap(f"Stale cells (struck through): {len(stale)}, measured by code the checkout no longer runs "
+                       "(rerun them, or publish a new reference).") + [""]
     flags = _flag_list(cells)
-    lines += ["", "## Flags", ""]
+    lines += ["## Flags", ""]
     if flags:
-        lines += [f"{n}. {c.claim} on `{c.name}` {c.scale}: {f.text()}" for n, c, f in flags]
+        for n, c, f in flags:
+            lines += [f'<a id="flag-{n}"></a>'] + _wrap(f"{n}. {c.claim}, {c.scale}: {f.headline_text()}")
+            lines += _wrap("checks flipped: " + ("; ".join(f.flipped[:3]) + (f"; and {len(f.flipped) - 3} more"
+                                                                              if len(f.flipped) > 3 else "")
+                                                 if f.flipped else "none (the verdict rule changed)"), "   - ")
+            if f.changed:
+                lines += _wrap(("software differs: " if f.kind == "machine" else "changed: ") + f.changed, "   - ")
+        lines.append("")
     else:
-        lines += ["None: every claim has the same verdict in every column at each scale, and no reference changed "
-                  "verdict since its previous committed run."]
-    lines += ["", "Timing and memory numbers of every machine side by side: `reports/compare/<scale>/`. "
-              "Made by `python -m repro.report.matrix` (rule `matrix`, part of `reproduce_all`).", ""]
+        lines += _wrap("None: every claim has the same verdict in every column at each scale, and no reference "
+                       "changed verdict since its previous committed run.") + [""]
+    lines += _wrap("The same table as CSV, one row per machine x scale x claim: `matrix.csv` (docs/results.md). "
+                   "Timing and memory of every machine side by side: `compare/<scale>/`. Made by "
+                   "`python -m repro.report.matrix` (rule `matrix`, part of `reproduce_all`).") + [""]
+    lines += links + [""]
     return "\n".join(lines)
+
+
+def matrix_records(results_root: str | Path, history: bool = False, references_root: str | Path | None = None,
+                   reports_root: str | Path | None = None) -> list[dict]:
+    """One record per machine x scale x claim (reports/matrix.csv): verdict, headline value, interval, paper value,
+    commit, measurement hash, stale."""
+    cells, _, _ = build(results_root, history, references_root, reports_root)
+    out = []
+    for c in sorted(cells, key=lambda c: (c.scale, c.kind, c.hardware, c.claim)):
+        keys = recorded_keys(c.verdict)
+        out.append({"hardware": c.hardware, "scale": c.scale, "source": "reference" if c.kind != RUN else "run",
+                    "claim": c.claim, "verdict": c.status, **headline.record(c.verdict), "commit": c.commit(),
+                    "measured_at": c.verdict.get("timestamp"), "measure_key": keys.get("measure"),
+                    "stale": bool(c.origin and c.origin.stale), "flags": len(c.flags),
+                    "software": _software_text(c)})
+    return out
+
+
+def matrix_csv(results_root: str | Path, history: bool = False, references_root: str | Path | None = None,
+               reports_root: str | Path | None = None) -> str:
+    import csv
+    import io
+
+    recs = matrix_records(results_root, history, references_root, reports_root)
+    buf = io.StringIO()
+    fields = list(recs[0]) if recs else ["hardware", "scale", "source", "claim", "verdict"]
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(recs)
+    return buf.getvalue()
 
 
 def matrix_html(results_root: str | Path, history: bool = True, link=None, references_root: str | Path | None = None,
                 reports_root: str | Path | None = None) -> str:
-    """The same matrix as an HTML fragment (a table and the flag list), for the Snakemake report's landing page.
-    ``link(cell)`` gives the href a cell's verdict opens (None: no link); with ``link``, claim names open the
-    claim's category of the Snakemake report."""
+    """The same headline tables as an HTML fragment (per scale a table, its columns and the flag list), for the
+    Snakemake report's landing page. ``link(cell)`` gives the href a cell's verdict opens (None: no link); with
+    ``link``, claim names open the claim's category of the Snakemake report."""
     cells, cols, rows = build(results_root, history, references_root, reports_root)
     index = {(c.claim, *c.column): c for c in cells}
-    numbers = {id(f): n for n, _, f in _flag_list(cells)}
     esc = html.escape
     if not cells:
         return "<p><em>No results yet: run <code>snakemake reproduce_all --cores all</code>.</em></p>"
-    out = ['<table class="repro-matrix"><thead><tr><th>claim</th>']
-    out += [f"<th><code>{esc(hw)}</code><br>{esc(scale)}{'<br>reference' if kind != RUN else '<br>this checkout'}</th>"
-            for kind, hw, scale in cols]
-    out.append("</tr></thead><tbody>")
-    for claim in rows:
-        code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
-        name = esc(code + claim)
-        if link is not None and any(link(c) for c in cells if c.claim == claim):
-            name = f"<a href=\"javascript:app.showCategory('{esc(claim)}')\">{name}</a>"
-        out.append(f"<tr><th>{name}</th>")
-        for col in cols:
-            c = index.get((claim, *col))
-            if c is None:
-                out.append('<td class="none">-</td>')
+    fnum = _flag_numbers(cells)
+    out = []
+    for scale in dict.fromkeys(col[2] for col in cols):
+        scols = [col for col in cols if col[2] == scale]
+        letters = dict(zip(scols, _letters(len(scols))))
+        info = {col: column_info(cells, col) for col in scols}
+        out.append(f'<h3>Scale {esc(scale)}</h3><table class="repro-matrix"><thead><tr><th>claim</th>'
+                   '<th>headline</th><th>paper</th>')
+        out += [f'<th title="{esc(info[col]["hardware"])}">{letters[col]}<br><code>{esc(info[col]["hardware"])}'
+                f'</code><br>{esc(info[col]["source"])}</th>' for col in scols]
+        out.append("</tr></thead><tbody>")
+        for claim in rows:
+            row_cells = [index[(claim, *col)] for col in scols if (claim, *col) in index]
+            if not row_cells:
                 continue
-            flags = "".join(f' <span class="flag">FLAG [{numbers[id(f)]}]</span>' for f in c.flags)
-            verdict = f'<span class="verdict">{esc(c.status)}</span>'
-            href = link(c) if link is not None else None
-            if href:
-                verdict = f'<a href="{href}">{verdict}</a>'
-            stale = " stale" if c.origin and c.origin.stale else ""
-            title = f' title="{esc(c.origin.stale)}"' if stale else ""
-            note = esc(_cell_note(c).replace("**", ""))
-            out.append(f'<td class="v-{esc(c.status)}{stale}"{title}>{verdict}{flags}<br><small>{note}</small></td>')
-        out.append("</tr>")
-    out.append("</tbody></table>")
+            code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
+            name = esc(code + claim)
+            if link is not None and any(link(c) for c in row_cells):
+                name = f"<a href=\"javascript:app.showCategory('{esc(claim)}')\">{name}</a>"
+            h = _headline_of_row(row_cells)
+            out.append(f'<tr><th>{name}</th><td class="headline">{esc(h["name"])}'
+                       f'{" (" + esc(h["unit"]) + ")" if h["unit"] else ""}</td><td class="paper">{esc(h["paper"])}</td>')
+            for col in scols:
+                c = index.get((claim, *col))
+                if c is None:
+                    out.append('<td class="none">-</td>')
+                    continue
+                hc = headline.cells(c.verdict, 40)
+                value = hc["value"] if hc["check"] is not None and hc["check"].get("numbers") else ""
+                flags = "".join(f' <span class="flag">flag {n}</span>' for n in fnum.get(id(c), []))
+                verdict = f'<span class="verdict">{esc(c.status)}</span>'
+                href = link(c) if link is not None else None
+                if href:
+                    verdict = f'<a href="{href}">{verdict}</a>'
+                stale = " stale" if c.origin and c.origin.stale else ""
+                title = f' title="{esc(c.origin.stale)}"' if stale else ""
+                out.append(f'<td class="v-{esc(c.status)}{stale}"{title}><span class="measured">{esc(value)}</span> '
+                           f'{esc(hc["compare"])} {verdict}{flags}</td>')
+            out.append("</tr>")
+        out.append("</tbody></table><p><small>")
+        out.append("; ".join(f'{letters[col]}: <code>{esc(info[col]["hardware"])}</code> {esc(info[col]["source"])}, '
+                             f'commit {esc(info[col]["commit"])} {esc(info[col]["date"])}, {esc(info[col]["software"])}'
+                             for col in scols))
+        out.append("</small></p>")
     flags = _flag_list(cells)
     if flags:
         out.append('<ol class="flags">')
-        out += [f"<li value=\"{n}\">{inline_html(f'{c.claim} on `{c.name}` {c.scale}: {f.text()}')}</li>"
+        out += [f"<li value=\"{n}\">{inline_html(f'{c.claim}, {c.scale}: {f.headline_text()}; checks flipped: ' + ('; '.join(f.flipped[:3]) or 'none'))}</li>"
                 for n, c, f in flags]
         out.append("</ol>")
     else:
@@ -440,6 +616,7 @@ def write(results_root: str | Path, reports_root: str | Path, out: str | Path, h
           history: bool = True, references_root: str | Path | None = None) -> Path:
     out = Path(out)
     atomic_write_text(out, matrix_markdown(results_root, reports_root, history, references_root, out.parent))
+    atomic_write_text(out.with_suffix(".csv"), matrix_csv(results_root, False, references_root, reports_root))
     if html_out:
         atomic_write_text(Path(html_out), matrix_html(results_root, history, references_root=references_root,
                                                       reports_root=reports_root))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro import registry
-from repro.report import runtime
+from repro.report import headline, runtime
 from repro.report.origin import RUN, origin_of
 from repro.bench.records import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
 
@@ -42,13 +42,23 @@ def _sweep_text(sweep: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sweep.items())
 
 
+def md_cell(text) -> str:
+    """A markdown table cell that cannot break its row: pipes escaped, newlines folded."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def _table(frame: pd.DataFrame) -> str:
-    return frame.to_markdown(index=False, disable_numparse=True) if len(frame) else "_none_"
+    """A markdown table of ``frame`` whose every row has the header's cell count (pipes in cells escaped)."""
+    if not len(frame):
+        return "_none_"
+    safe = frame.map(lambda v: md_cell(v) if isinstance(v, str) else v)
+    safe.columns = [md_cell(c) for c in frame.columns]
+    return safe.to_markdown(index=False, disable_numparse=True)
 
 
 def inline_html(text) -> str:
     """HTML of one line of the pages' markdown: ``**bold**``, ```code```, ``[text](link)``; everything escaped."""
-    t = html.escape(str(text))
+    t = html.escape(str(text).replace("\\|", "|"))
     t = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", t)
     t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
     return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', t)
@@ -99,31 +109,77 @@ def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, verdict: di
     return module.plots(metrics, ResultFiles(results_dir, verdict), fig_dir)
 
 
+CELL = 140  # characters of prose a checks-table cell shows; the rest is in the list below the table
+
+
 def _checks_frame(checks: list[dict]) -> pd.DataFrame:
-    """The checks table: headline, interval and undecided-because columns only when some check has them."""
+    """The checks table, short cells: check, headline, holds, measured, paper; the full texts, intervals and
+    reasons follow as a list (:func:`_check_details`)."""
     rows = []
-    for c in checks:
-        row = {"check": c["name"]}
+    for i, c in enumerate(checks, 1):
+        row = {"#": str(i), "check": headline.shorten(c["name"], 90)}
         if any("headline" in x for x in checks):
             row["headline"] = "**headline**" if c.get("headline") else ""
-        row.update({"measured": c.get("measured"), "published / expected": c.get("expected"),
-                    "holds": HOLDS.get(c.get("passed"), str(c.get("passed")))})
-        if any(x.get("interval") for x in checks):
-            row["interval"] = c.get("interval") or ""
-        if any(x.get("undecided_because") for x in checks):
-            row["undecided because"] = c.get("undecided_because") or ""
+        row.update({"holds": HOLDS.get(c.get("passed"), str(c.get("passed"))),
+                    "measured": headline.shorten(str(c.get("measured")), CELL),
+                    "paper / expected": headline.shorten(str(c.get("expected")), CELL)})
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _check_details(checks: list[dict]) -> list[str]:
+    """One line per check whose text the table cut, or with an interval or a reason it is undecided."""
+    out = []
+    for i, c in enumerate(checks, 1):
+        long = len(str(c.get("measured"))) > CELL or len(str(c.get("expected"))) > CELL or len(c["name"]) > 90
+        if not (long or c.get("interval") or c.get("undecided_because")):
+            continue
+        parts = [f"**{i}. {c['name']}**"]
+        if long:
+            parts += [f"measured: {c.get('measured')}", f"paper / expected: {c.get('expected')}"]
+        if c.get("interval"):
+            parts.append(f"interval: {c['interval']}")
+        if c.get("undecided_because"):
+            parts.append(f"undecided because: {c['undecided_because']}")
+        out.append("; ".join(parts))
+    return out
+
+
+def headline_blocks(verdict: dict) -> list[tuple]:
+    """The page's first table: the headline check's measured value beside the paper's, and the verdict, with a
+    short why line (the verdict's reason, cut at a clause)."""
+    h = headline.cells(verdict, 120)
+    c = h["check"]
+    if c is None:  # judged before headlines were marked
+        row = {"headline": "none marked (judged by an older rule)", "measured": "-", "paper": "-", "holds": "-",
+               "verdict": f"**{verdict['verdict']}**"}
+        return [("table", pd.DataFrame([row])), ("p", "Why: " + shorten(" ".join(str(verdict.get("reason", "")).split()),
+                                                                      300))]
+    has_numbers = bool(c.get("numbers"))
+    row = {"headline": h["name"] + (f" ({h['unit']})" if h["unit"] else ""),
+           "measured": h["value"] if has_numbers else headline.shorten(str(c.get("measured")), 120),
+           "paper": h["paper"]}
+    if h["compare"]:
+        row["vs paper"] = h["compare"]
+    row.update({"holds": HOLDS.get(c.get("passed"), str(c.get("passed"))), "verdict": f"**{verdict['verdict']}**"})
+    return [("table", pd.DataFrame([row])), ("p", "Why: " + shorten(" ".join(str(verdict.get("reason", "")).split()),
+                                                                  300))]
+
+
 def verdict_blocks(verdict: dict) -> list[tuple]:
     """The verdict part of a page: verdict and reason, meaning, checks, gates, setup beside the paper, load."""
+    reason = " ".join(str(verdict.get("reason", "")).split())
     blocks: list[tuple] = [("h2", f"Verdict: **{verdict['verdict']}** (scale `{verdict.get('scale')}`, hardware "
-                                  f"`{verdict.get('hardware')}`)"), ("p", verdict.get("reason", ""))]
+                                  f"`{verdict.get('hardware')}`)")]
+    if shorten(reason, 300) != reason:  # the page's first lines showed it cut short: here in full
+        blocks.append(("p", reason))
     if verdict.get("meaning"):
-        blocks += [("h2", "What this verdict means"), ("p", verdict["meaning"])]
+        blocks += [("h2", "What this verdict means"), ("p", _meaning_text(verdict))]
     if verdict.get("checks"):
         blocks += [("h2", "Checks"), ("table", _checks_frame(verdict["checks"]))]
+        details = _check_details(verdict["checks"])
+        if details:
+            blocks += [("list", details)]
     if verdict.get("gates"):
         gates = pd.DataFrame([{"gate": g.get("name"), "measured": g.get("measured"), "required": g.get("required"),
                                "holds": HOLDS.get(g.get("passed"), str(g.get("passed")))} for g in verdict["gates"]])
@@ -148,20 +204,49 @@ def verdict_blocks(verdict: dict) -> list[tuple]:
     return blocks
 
 
+def _meaning_text(verdict: dict) -> str:
+    """The claim's own meaning line, or, where it is the contract's generic text, a link to the contract."""
+    from repro.verdicts import _meaning
+
+    heads = [c for c in verdict.get("checks") or [] if c.get("headline")]
+    if verdict["meaning"] == _meaning(heads, str(verdict.get("scale"))):
+        names = " and ".join(f"'{c['name']}'" for c in heads) or "its headline"
+        return (f"The verdict follows the contract (docs/verdicts.md) on {names}, at this scale and with the setup "
+                "below; it is about this setup, not the paper's scale.")
+    return verdict["meaning"]
+
+
+# pages for results that are not registered claims (the shared artefacts' own benchmarks)
+ARTEFACT_PAGES = {"translation": {
+    "code": "T", "title": "The shared translation model",
+    "statement": "The suite's shared encoder-decoder translation model (the model the head-pruning, layer-pruning "
+                 "and quantization claims start from) translates its test set well above copying the source: its "
+                 "own target, not a paper's claim.", "sources": []}}
+
+
+def claim_info(claim: str) -> dict:
+    return registry.claim(claim) if claim in registry.claim_ids() else ARTEFACT_PAGES[claim]
+
+
 def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
                  figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN) -> list[tuple]:
-    info = registry.claim(claim)
-    blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}"), ("quote", info["statement"].strip()),
-                           ("p", "Sources: " + "; ".join(registry.citation(s) for s in info.get("sources", []))),
+    info = claim_info(claim)
+    blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}")] + headline_blocks(verdict) + [
+                           ("quote", info["statement"].strip()),
+                           ("p", "Sources: " + ("; ".join(registry.citation(s) for s in info.get("sources", []))
+                                                or "none (the suite's own benchmark)")),
                            ("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
                             + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
                                "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))]
     blocks += verdict_blocks(verdict)
     pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
     if len(pub):
+        ratio = [(_fmt(v / p) if isinstance(v, (int, float)) and isinstance(p, (int, float)) and p and u == pu
+                  else "") for v, p, u, pu in zip(pub["value"], pd.to_numeric(pub["published_value"], errors="coerce"),
+                                                   pub["unit"], pub.get("published_unit", pub["unit"]))]
         table = pd.DataFrame({"metric": pub["metric"], "setting": pub["sweep"].map(_sweep_text),
                               "measured": pub["value"].map(_fmt), "published": pub["published_value"].map(_fmt),
-                              "unit": pub["unit"], "source": pub["source"]})
+                              "measured / published": ratio, "unit": pub["unit"], "source": pub["source"]})
         blocks += [("h2", "Measured beside published"), ("table", table)]
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
@@ -281,33 +366,34 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
     rows = []
     when = "measured by"
     implemented = set(registry.implemented_claims())
-    for claim in registry.claim_ids():
-        info = registry.claim(claim)
+    for claim in registry.claim_ids() + [c for c in ARTEFACT_PAGES if (res / c / "verdict.json").exists()]:
+        info = claim_info(claim)
         vpath = res / claim / "verdict.json"
         if vpath.exists():
             v = read_verdict(vpath)
-            reason = v["reason"].replace("|", "/").replace("\n", " ")
+            h = headline.cells(v, 60)
+            has = bool(h["check"] and h["check"].get("numbers"))
             rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
-                         "verdict": f"**{v['verdict']}**", "reason": shorten(reason),
-                         when: origin_of(v, kind, claim).short()})
+                         "verdict": f"**{v['verdict']}**", "headline": h["name"] + (f" ({h['unit']})" if h["unit"] else ""),
+                         "measured": h["value"] if has else "-", "paper": h["paper"], "vs paper": h["compare"],
+                         "why": shorten(" ".join(v["reason"].split()), 160), when: origin_of(v, kind, claim).short()})
         elif claim in implemented:
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not run",
-                         "reason": f"no results for this hardware and scale yet: snakemake claim_{claim} "
+                         "why": f"no results for this hardware and scale yet: snakemake claim_{claim} "
                                    f"--config scale={scale}", when: ""})
         else:
             rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not_implemented",
-                         "reason": "no workflow yet", when: ""})
+                         "why": "no workflow yet", when: ""})
     frame = pd.DataFrame(rows)
     out = Path(out)
     matrix = os.path.relpath(Path(reports_root) / "matrix.md", out.parent)
     counts = frame["verdict"].str.strip("*").value_counts().to_dict()
     title = "committed reference run" if kind != RUN else "this checkout's run"
     lines = [f"# Reproduction index: hardware `{hardware}`, scale `{scale}` ({title})", "",
-             "Verdicts are computed by each claim's rule from its measured numbers (repro/claims/<id>.py). "
-             "`measured by`: `run` (this checkout's results/) or `ref` (a committed reference), the commit that "
-             "measured the claim and when (UTC); **stale** when the checkout's measurement code differs. "
-             f"Every machine and scale side by side: [the verdict matrix]({matrix}). A reason cut short "
-             "ends in (...); the claim's page has it in full.", "",
+             "Each claim's headline beside the paper's number (docs/verdicts.md). `measured by`: `run` (this "
+             "checkout's results/) or `ref` (a committed reference), the commit that measured the claim and when "
+             "(UTC); **stale** when the checkout's measurement code differs. Every machine and scale side by side: "
+             f"[the verdict matrix]({matrix}). A reason cut short ends in (...); the claim's page has it in full.", "",
              "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame), ""]
     lines += runtime.time_per_rule_md(results_root, hardware, scale)  # where the run's time went (issue 18)
     atomic_write_text(out, "\n".join(lines))

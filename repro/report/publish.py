@@ -145,7 +145,7 @@ def render_reference(refs: Path, hardware: str, scale: str) -> None:
     from repro.report import pages
 
     res, rep = refs / "results" / hardware / scale, refs / "reports" / hardware / scale
-    implemented = set(registry.implemented_claims())
+    implemented = set(registry.implemented_claims()) | set(pages.ARTEFACT_PAGES)
     for cdir in sorted(p for p in res.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
         if cdir.name in implemented:
             pages.claim_page(cdir.name, cdir, rep / f"{cdir.name}.md", rep / cdir.name, kind=REFERENCE)

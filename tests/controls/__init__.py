@@ -42,3 +42,26 @@ def values(rows: list[dict], metric: str, **where) -> list[float]:
     cond = {k.replace("sweep_", "sweep.", 1) if k.startswith("sweep_") else k: v for k, v in where.items()}
     return [float(r["value"]) for r in rows if r.get("metric") == metric and r.get("value") is not None
             and all(_eq(r.get(k), v) for k, v in cond.items())]
+
+
+def on_edge(center: float, width: float) -> float:
+    """The value ``v`` nearest above ``center + width`` whose distance the judge computes, ``abs(v - center)``, is
+    not below ``width``: exactly on a tolerance band's edge, or one float past it where no float lands on it."""
+    import math
+
+    v = center + width
+    for _ in range(64):  # step down while the float below still reaches the edge
+        below = math.nextafter(v, -math.inf)
+        if abs(below - center) < width:
+            break
+        v = below
+    while abs(v - center) < width:
+        v = math.nextafter(v, math.inf)
+    return v
+
+
+def default_params(claim: str) -> dict:
+    """The claim's default-scale parameters (the thresholds a tie control sits on)."""
+    from repro import config
+
+    return config.section(claim, "default")

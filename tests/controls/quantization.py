@@ -1,6 +1,9 @@
 """quantization (Dettmers et al. 2022, Frantar et al. 2023): paper-false = LLM.int8() perplexity 50% above fp32's and
-GPTQ worse than round-to-nearest at every bits and groups; the fp32 model's learned gate kept."""
+GPTQ worse than round-to-nearest at every bits and groups; the fp32 model's learned gate kept. Ties = LLM.int8()
+exactly on the equivalence tolerance, and GPTQ exactly equal to RTN at every calibration seed."""
 from controls import edit, values
+
+from repro import registry
 
 
 def paper_false(rows):
@@ -11,3 +14,17 @@ def paper_false(rows):
         rows = edit(rows, "valid_ppl", lambda r, rtn=rtn: rtn * 1.05 + 0.01 * float(r.get("sweep.calibration_seed") or 0),
                     sweep_method=f"gptq_{bits}")
     return rows
+
+
+def ties(rows):
+    tol = registry.published("quantization", "int8_ppl_equivalence_tol")["value"] / 100
+    out = rows
+    for model in {r.get("sweep.model") for r in rows if r.get("metric") == "valid_ppl"}:
+        fp32 = values(rows, "valid_ppl", sweep_method="fp32", sweep_model=model)[0]
+        out = edit(out, "valid_ppl", lambda r, fp32=fp32: fp32 * (1 + tol), sweep_method="llm_int8",
+                   sweep_model=model)
+        for bits in ("w3", "w3_g64", "w4", "w4_g64"):
+            rtn = values(rows, "valid_ppl", sweep_method=f"rtn_{bits}", sweep_model=model)
+            if rtn:
+                out = edit(out, "valid_ppl", lambda r, v=rtn[0]: v, sweep_method=f"gptq_{bits}", sweep_model=model)
+    return [out]

@@ -1,0 +1,86 @@
+"""Each claim's headline in numbers: the measured value with its interval beside the paper's, for the matrix, the
+claim pages and ``reports/matrix.csv``.
+
+A judge marks its headline check(s) (repro.verdicts.check, ``headline=True``) and gives them ``numbers``
+(repro.verdicts.numbers: value, interval, unit, the paper's number from the registry and how the two compare).
+:func:`headline_check` picks the one check that stands for the verdict (a failing headline before an undecided one
+before the rest); :func:`cells` formats it in short cells. Verdicts written before the judges gave numbers fall back
+to the check's measured text, shortened.
+"""
+from __future__ import annotations
+
+import math
+
+VERDICT_ORDER = {False: 0, None: 1, True: 2}
+
+
+def headline_check(verdict: dict) -> dict | None:
+    """The headline check that decided ``verdict``: the first failing one, else the first undecided, else the first;
+    among those, one with numbers first. None when the verdict has no headline check."""
+    heads = [c for c in verdict.get("checks") or [] if c.get("headline")]
+    if not heads:
+        return None
+    return min(heads, key=lambda c: (VERDICT_ORDER.get(c.get("passed"), 1), "numbers" not in c))
+
+
+def fmt_number(v: float | None) -> str:
+    """Four significant digits; integers of five or more digits in scientific notation; '' for None/NaN."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    v = float(v)
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        return f"{v:.4g}"
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def value_text(nums: dict) -> str:
+    """'34.06' or '4.5 [1.0, 8.1]' (the measured value and its interval)."""
+    v = fmt_number(nums.get("value"))
+    if nums.get("lo") is not None and nums.get("hi") is not None:
+        v += f" [{fmt_number(nums['lo'])}, {fmt_number(nums['hi'])}]"
+    return v or "-"
+
+
+def paper_text(nums: dict) -> str:
+    if nums.get("paper") is not None:
+        return fmt_number(nums["paper"]) + (f" ({nums['paper_text']})" if nums.get("paper_text") else "")
+    return nums.get("paper_text") or "-"
+
+
+def compare_text(nums: dict) -> str:
+    """'x1.002' (ratio of like quantities) or '+0.06' (difference in the unit's points); '' when not comparable."""
+    v, p, how = nums.get("value"), nums.get("paper"), nums.get("compare")
+    if v is None or p is None or how is None:
+        return ""
+    if how == "ratio":
+        return f"x{v / p:.3g}" if p else ""
+    return f"{v - p:+.3g}"
+
+
+def cells(verdict: dict, limit: int = 60) -> dict:
+    """The headline of one verdict as short cells: name, unit, value, paper, compare (and the check itself)."""
+    c = headline_check(verdict)
+    if c is None:
+        return {"name": "-", "unit": "", "value": "-", "paper": "-", "compare": "", "check": None}
+    nums = c.get("numbers")
+    if nums is None:  # judged before the judges gave numbers: the measured text, shortened
+        return {"name": shorten(c.get("name", "?"), limit), "unit": "", "value": shorten(str(c.get("measured")), limit),
+                "paper": shorten(str(c.get("expected")), limit), "compare": "", "check": c}
+    return {"name": shorten(c.get("name", "?"), limit), "unit": nums.get("unit") or "", "value": value_text(nums),
+            "paper": shorten(paper_text(nums), limit), "compare": compare_text(nums), "check": c}
+
+
+def record(verdict: dict) -> dict:
+    """The headline as plain values for reports/matrix.csv."""
+    c = headline_check(verdict)
+    nums = (c or {}).get("numbers") or {}
+    return {"headline": (c or {}).get("name"), "headline_holds": (c or {}).get("passed"),
+            "value": nums.get("value"), "lo": nums.get("lo"), "hi": nums.get("hi"), "unit": nums.get("unit"),
+            "paper": nums.get("paper"), "paper_text": nums.get("paper_text"), "compare": nums.get("compare")}
+
+
+def shorten(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
