@@ -34,10 +34,15 @@ def _checks(first_holds: bool) -> list[dict]:
             {"name": "secondary holds", "passed": True, "measured": "2.0", "expected": "2", "headline": False}]
 
 
-def _write(root, hw, status, first_holds, fp, claim="rank_collapse", scale="default"):
+def _keys(code="c0de", software=None):
+    return {"code": code, "config": "c0nf", "software": software or "s0ft", "measure": f"{code}-m"}
+
+
+def _write(root, hw, status, first_holds, fp, claim="rank_collapse", scale="default", keys=None):
     write_results(root / hw / scale / claim, claim=claim, scale=scale,
                   metrics=[metric(claim, "x", 1.0, "ratio", kind="statistic")],
-                  verdict=verdict(claim, status, "test reason", checks=_checks(first_holds)), config={}, fingerprint=fp)
+                  verdict=verdict(claim, status, "test reason", checks=_checks(first_holds)), config={}, fingerprint=fp,
+                  keys=keys if keys is not None else _keys(software=fp["software"]["torch"]))
 
 
 def test_machine_flag_names_the_flipped_checks(tmp_path):
@@ -53,6 +58,7 @@ def test_machine_flag_names_the_flipped_checks(tmp_path):
     assert "commit 0123456 here, fedcba9 on gpu-b" in a.flags[0].changed
     assert b.flags[0].flipped == ["headline holds: fails here, holds on cpu-a"]
     assert not cells["gpu-b", "block_numerics"].flags
+    assert a.flags[0].difference == "software"  # same measurement code, another torch
     md = matrix.matrix_markdown(root, tmp_path / "reports", history=False)
     assert "## Scale `default`" in md and "| A | `cpu-a` | this checkout |" in md and "| B | `gpu-b` |" in md
     # one flag for the pair (not one per side), anchored, linked from both cells
@@ -62,6 +68,16 @@ def test_machine_flag_names_the_flipped_checks(tmp_path):
     assert "quantization" in md  # every registered claim has a row, with or without results
     html = matrix.matrix_html(root, history=False)
     assert html.count('class="flag"') == 2 and "headline holds: holds here, fails on gpu-b" in html
+
+
+def test_verdicts_of_different_code_are_counted_not_flagged(tmp_path):
+    """Two cells measured by different code are two experiments: no machine flag, a count under the matrix."""
+    root = tmp_path / "results"
+    _write(root, "cpu-a", "reproduced", True, _fp("cpu-a"), keys=_keys("old"))
+    _write(root, "gpu-b", "not_reproduced", False, _fp("gpu-b"), keys=_keys("new"))
+    assert not any(c.flags for c in matrix.flag_cells(matrix.read_cells(root), history=False))
+    md = matrix.matrix_markdown(root, tmp_path, history=False)
+    assert "## Flags\n\nNone" in md and "1 claim whose verdicts differ between columns measured by different code" in md
 
 
 def test_same_verdicts_are_not_flagged(tmp_path):

@@ -10,10 +10,11 @@ measurement code differs from the code that measured it: repro.report.origin), a
 
 A cell is **flagged** when its verdict differs
 
-- from another column's verdict for the same claim at the same scale (``kind="machine"``), labelled by what
-  separates the two measurements (repro.report.origin.difference): a *code* difference when their measurement
-  code keys differ (or either predates the keys), else *config*, *software*, and a *machine* difference only when
-  code, config and software are the same; or
+- from another column's verdict for the same claim at the same scale (``kind="machine"``) measured by the same
+  code, labelled by what separates the two measurements (repro.report.origin.difference): *config*, *software*,
+  and a *machine* difference only when code, config and software are the same. Cells measured by different code
+  (their measurement code keys differ, or either predates the keys) are another experiment, not another machine:
+  they are not flagged (a stale cell is struck through, and the matrix counts the verdicts that differ by code); or
 - from the previous run of the same claim on the same machine and scale (``kind="history"``). Earlier runs are
   read from git: the newest committed version of the same ``verdict.json`` whose timestamp differs from the
   current one (the file as committed before the run that wrote the current one). The flag says what changed
@@ -258,10 +259,13 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
         for c in group:
             for o in group:
                 if o is not c and o.status != c.status:
+                    why = difference(recorded_keys(c.verdict), recorded_keys(o.verdict))
+                    if why == "code":  # another experiment, not another machine: the stale marks say so
+                        continue
                     c.flags.append(Flag("machine", o.name, c.status, o.status,
                                         flipped_checks(c.verdict, o.verdict, f"on {o.name}"),
                                         software_changes(c.fingerprint, o.fingerprint, c.commit(), o.commit(), o.name),
-                                        difference(recorded_keys(c.verdict), recorded_keys(o.verdict)), c.name))
+                                        why, c.name))
     if history:
         for c in cells:
             prev = previous_run(c)
@@ -343,6 +347,19 @@ def md_cell(text) -> str:
 
 def _letters(n: int) -> list[str]:
     return [chr(ord("A") + i) if i < 26 else f"Z{i - 25}" for i in range(n)]
+
+
+def code_differences(cells: list[Cell]) -> list[tuple[str, str]]:
+    """(scale, claim) where two columns' verdicts differ and their measurement code differs (never flagged)."""
+    out = []
+    by: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        by.setdefault((c.scale, c.claim), []).append(c)
+    for key, group in sorted(by.items()):
+        if any(a.status != b.status and difference(recorded_keys(a.verdict), recorded_keys(b.verdict)) == "code"
+               for i, a in enumerate(group) for b in group[i + 1:]):
+            out.append(key)
+    return out
 
 
 def _column_cells(cells: list[Cell], col) -> list[Cell]:
@@ -484,6 +501,11 @@ def matrix_markdown(results_root: str | Path, reports_root: str | Path, history:
     if stale:
         lines += _wrap(f"Stale cells (struck through): {len(stale)}, measured by code the checkout no longer runs "
                        "(rerun them, or publish a new reference).") + [""]
+    by_code = code_differences(cells)
+    if by_code:
+        lines += _wrap(f"{len(by_code)} claim{'s' if len(by_code) > 1 else ''} whose verdicts differ between columns "
+                       "measured by different code (another experiment, not another machine: not flagged): "
+                       + ", ".join(f"{claim} ({scale})" for scale, claim in by_code) + ".") + [""]
     flags = _flag_list(cells)
     lines += ["## Flags", ""]
     if flags:
