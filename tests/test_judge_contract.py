@@ -145,11 +145,21 @@ def test_ties_never_pass(claim):
         assert v["verdict"] not in ("reproduced", "partially"), (i, v["verdict"], v["reason"][:800])
 
 
+# Checks decided opposite on two machines at the same measurement code because the machines truly differ, each with
+# the measured explanation (the README's reference section repeats it). Anything else decided opposite is a defect.
+MACHINE_DEPENDENT = {
+    ("activation_checkpointing", "full recomputation costs about one extra forward"):
+        "a timing ratio of this CPU: recomputing the forward costs more than a forward on the 2.60 GHz Xeon "
+        "(+67%, IQR 17 points, vs +38% for one forward) and about one forward on the 2.0 GHz Xeon; the "
+        "memory checks, the headline, agree",
+}
+
+
 def test_fresh_references_agree_across_machines():
     """References measured by the checkout's measurement code (not stale) on different machines may differ in what
     they could decide (one decides, the other is undecided), never in what they decided: a check holding on one
-    machine and failing on another at the same code is a defect to fix or explain (stale references, measured by
-    older code, are left out: the matrix strikes them through)."""
+    machine and failing on another at the same code is a defect to fix, or a machine difference explained in
+    ``MACHINE_DEPENDENT`` (stale references, measured by older code, are left out: the matrix strikes them)."""
     from repro.report.matrix import read_cells
 
     by: dict = {}
@@ -163,5 +173,6 @@ def test_fresh_references_agree_across_machines():
                 oa = {x["name"]: x.get("passed") for x in a.verdict.get("checks") or []}
                 ob = {x["name"]: x.get("passed") for x in b.verdict.get("checks") or []}
                 opposite += [(scale, claim, n, a.hardware, b.hardware) for n in oa
-                             if n in ob and oa[n] is not None and ob[n] is not None and oa[n] != ob[n]]
+                             if n in ob and oa[n] is not None and ob[n] is not None and oa[n] != ob[n]
+                             and (claim, n) not in MACHINE_DEPENDENT]
     assert not opposite, opposite

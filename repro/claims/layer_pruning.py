@@ -622,6 +622,9 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     sg_L = registry.published(CLAIM, "shortgpt_llama2_7b_n_layers")["value"]
     sg_depth = float(np.mean(sg_layers)) / (sg_L - 1)  # mean relative depth of ShortGPT's removed layers
     xsum = registry.published(CLAIM, "shortgpt_llama2_7b_xsum")["value"]
+    band_text = ", ".join(f"{name} {'-'.join(map(str, v)) if isinstance(v, list) else v}" for name, v in (
+        (n, registry.published(CLAIM, f"gromov_collapse_{k}")["value"])
+        for n, k in (("Qwen", "qwen"), ("Phi-2", "phi2"), ("Mistral", "mistral7b"), ("Llama-2", "llama2"))))
     xsum_text = f"XSum {xsum[0]:.2f} -> {xsum[1]:.2f} for Llama2-7B ({100 * xsum[1] / xsum[0]:.0f}%)"
     copy_bl = [r["value"] for r in _sel(rows, "bleu_copy_baseline", test_set="subset")]
     weak, gates = {}, []
@@ -736,7 +739,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             checks.append(check(f"{s}: collapse point (angular rule, no healing) in the published band",
                                 v >= lo and v - step < hi,
                                 f"{v:.0f}% of {n_layers[s]} layers ({c[0]['sweep']['quality']} crosses the threshold)",
-                                f"{lo}-{hi}% (Qwen 20, Phi-2 25, Mistral 35, Llama-2 45-55; ShortGPT {sg_pct}%)"))
+                                f"{lo}-{hi}% ({band_text}; ShortGPT {sg_pct}%)"))
         elif nc:
             checks.append(check(f"{s}: collapse point (angular rule, no healing) in the published band", False,
                                 f"no collapse up to {nc[0]['value']:.0f}%", f"{lo}-{hi}%"))

@@ -721,7 +721,8 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     for m in models:
         v = _sel(rows, "values_8bit_pct", model=m, method="llm_int8")
         if v:
-            checks.append(check(f"{m}: more than 99.9% of the values are multiplied in 8 bits",
+            checks.append(check(f"{m}: more than {pub('int8_fraction_values_8bit'):g}% of the values are multiplied "
+                                "in 8 bits",
                                 None if no_outliers[m] else v[0]["value"] > pub("int8_fraction_values_8bit"),
                                 f"{v[0]['value']:.4f}%" + ("; 0 outlier dimensions" if no_outliers[m] else ""),
                                 f"> {pub('int8_fraction_values_8bit')}%",

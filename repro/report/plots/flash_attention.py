@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from repro import registry
 from . import ResultFiles, PUBLISHED_COLOR, legend_outside, published, save
 
 # Dao et al. Table 21 (registry keys) by backend and sequence length
@@ -55,8 +56,8 @@ def _table21(metrics, out_dir):
     ax.set_xscale("log", base=2); ax.set_yscale("log")
     b, h, d = m["batch"].iloc[0], m["heads"].iloc[0], m["head_dim"].iloc[0]
     ax.set_xlabel("sequence length N"); ax.set_ylabel("fwd+bwd peak incl. inputs (MB)")
-    ax.set_title(f"measured: batch {b}, {h} heads, d {d}, {m['dtype'].iloc[0]}\npaper: batch 16, 8 heads, d 64, fp16",
-                 fontsize=9)
+    paper_setup = registry.published("flash_attention", "memory_1k_flash").get("setup", "")
+    ax.set_title(f"measured: batch {b}, {h} heads, d {d}, {m['dtype'].iloc[0]}\npaper: {paper_setup}", fontsize=9)
     legend_outside(ax)
     save(fig, out_dir, "table21_memory.png")
     return ("table21_memory.png", "Peak memory of one forward+backward (q, k, v, dO included) per backend, beside "

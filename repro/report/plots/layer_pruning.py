@@ -72,7 +72,7 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
         removed = published("layer_pruning", "shortgpt_llama2_7b_layers_removed")
         out.append(("block_influence.png", "Block Influence (ShortGPT) per layer on the calibration batches, all "
                     f"non-pad tokens; ShortGPT removes the lowest-BI layers (Llama2-7B: {min(removed)}-"
-                    f"{max(removed)} of 32)."))
+                    f"{max(removed)} of {published('layer_pruning', 'shortgpt_llama2_7b_n_layers')})."))
     # 2. angular distance heatmaps
     ang = metrics[metrics["metric"] == "angular_distance"].copy()
     if len(ang):
