@@ -99,7 +99,11 @@ def test_the_reference_rows_give_the_reference_verdict(claim):
     if stored["provenance"]["judged"]["judge_key"] != provenance.current_code(
             claim, (stored["provenance"]["measured"].get("keys") or {}).get("needs"))["judge"]:
         pytest.skip(f"{folder}: judged by another judge than the checkout's (re-judge and publish the reference)")
-    assert _judge(claim, folder, _rows(folder))["verdict"] == stored["verdict"]
+    again = _judge(claim, folder, _rows(folder))
+    # the whole judgement, not only its verdict: the same checks (with their numbers and reasons), gates, setup and
+    # reason, so a refactor of a judge that changes any of them is caught by re-judging the committed references
+    for key in ("verdict", "reason", "checks", "gates", "setup", "meaning"):
+        assert json.loads(json.dumps(again.get(key), default=str)) == stored.get(key), (claim, key)
 
 
 def _controls(claim: str):

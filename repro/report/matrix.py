@@ -518,8 +518,8 @@ def matrix_markdown(results_root: str | Path, reports_root: str | Path, history:
                 lines += _wrap(("software differs: " if f.kind == "machine" else "changed: ") + f.changed, "   - ")
         lines.append("")
     else:
-        lines += _wrap("None: every claim has the same verdict in every column at each scale, and no reference "
-                       "changed verdict since its previous committed run.") + [""]
+        lines += _wrap("None: no two columns measured by the same code give a claim different verdicts at a scale, "
+                       "and no reference changed verdict since its previous committed run.") + [""]
     lines += _wrap("The same table as CSV, one row per machine x scale x claim: `matrix.csv` (docs/results.md). "
                    "Timing and memory of every machine side by side: `compare/<scale>/`. Made by "
                    "`python -m repro.report.matrix` (rule `matrix`, part of `reproduce_all`).") + [""]
