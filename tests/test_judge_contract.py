@@ -153,8 +153,8 @@ def test_ties_never_pass(claim):
 # the measured explanation (the README's reference section repeats it). Anything else decided opposite is a defect.
 MACHINE_DEPENDENT = {
     ("activation_checkpointing", "full recomputation costs about one extra forward"):
-        "a timing ratio of this CPU: recomputing the forward costs more than a forward on the 2.60 GHz Xeon "
-        "(+67%, IQR 17 points, vs +38% for one forward) and about one forward on the 2.0 GHz Xeon; the "
+        "a timing ratio of the CPU: full recomputation costs +67% (IQR 17 points) on the 2.60 GHz Xeon, beyond one "
+        "forward (+38%) by more than the +-15-point band, and +47.5% (IQR 5) on the 2.0 GHz Xeon, within it; the "
         "memory checks, the headline, agree",
 }
 
