@@ -241,12 +241,21 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
     blocks += verdict_blocks(verdict)
     pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
     if len(pub):
-        ratio = [(_fmt(v / p) if isinstance(v, (int, float)) and isinstance(p, (int, float)) and p and u == pu
-                  else "") for v, p, u, pu in zip(pub["value"], pd.to_numeric(pub["published_value"], errors="coerce"),
-                                                   pub["unit"], pub.get("published_unit", pub["unit"]))]
+        from repro.report.compare import is_percent
+
+        def versus(v, p, u, pu) -> str:  # like quantities only: a ratio, or a difference in points for percentages
+            if not (isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and u == pu):
+                return ""
+            if is_percent(u):
+                return f"{v - p:+.3g} pp"
+            return f"x{v / p:.3g}" if p else ""
+
+        diff = [versus(v, p, u, pu) for v, p, u, pu in zip(pub["value"], pd.to_numeric(pub["published_value"],
+                                                                                         errors="coerce"),
+                                                            pub["unit"], pub.get("published_unit", pub["unit"]))]
         table = pd.DataFrame({"metric": pub["metric"], "setting": pub["sweep"].map(_sweep_text),
                               "measured": pub["value"].map(_fmt), "published": pub["published_value"].map(_fmt),
-                              "measured / published": ratio, "unit": pub["unit"], "source": pub["source"]})
+                              "vs published": diff, "unit": pub["unit"], "source": pub["source"]})
         blocks += [("h2", "Measured beside published"), ("table", table)]
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
