@@ -66,10 +66,10 @@ def cells(verdict: dict, limit: int = 60) -> dict:
         return {"name": "-", "unit": "", "value": "-", "paper": "-", "compare": "", "check": None}
     nums = c.get("numbers")
     if nums is None:  # judged before the judges gave numbers: the measured text, shortened
-        return {"name": shorten(c.get("name", "?"), limit), "unit": "", "value": shorten(str(c.get("measured")), limit),
-                "paper": shorten(str(c.get("expected")), limit), "compare": "", "check": c}
-    return {"name": shorten(c.get("name", "?"), limit), "unit": nums.get("unit") or "", "value": value_text(nums),
-            "paper": shorten(paper_text(nums), limit), "compare": compare_text(nums), "check": c}
+        return {"name": clip(c.get("name", "?"), limit), "unit": "", "value": clip(str(c.get("measured")), limit),
+                "paper": clip(str(c.get("expected")), limit), "compare": "", "check": c}
+    return {"name": clip(c.get("name", "?"), limit), "unit": nums.get("unit") or "", "value": value_text(nums),
+            "paper": clip(paper_text(nums), limit), "compare": compare_text(nums), "check": c}
 
 
 def record(verdict: dict) -> dict:
@@ -81,6 +81,8 @@ def record(verdict: dict) -> dict:
             "paper": nums.get("paper"), "paper_text": nums.get("paper_text"), "compare": nums.get("compare")}
 
 
-def shorten(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with '...' (for short table cells; pages.shorten cuts
+    prose at a clause boundary instead)."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."

@@ -43,7 +43,7 @@ from repro.bench.records import atomic_write_text
 from repro.report.compare import SOFTWARE_FIELDS, software
 from repro.report.origin import RUN, Origin, Source, difference, origin_of, recorded_keys, sources
 from repro.report import headline
-from repro.report.pages import inline_html
+from repro.report.pages import inline_html, md_cell
 
 log = logging.getLogger("repro.matrix")
 
@@ -73,18 +73,6 @@ class Flag:
             what += f" (a {self.difference} difference" + (": the measurement code differs" if
                                                             self.difference == "code" else "") + ")"
         return what
-
-    def text(self) -> str:
-        what = (f"**{self.verdict}** here, **{self.other_verdict}** on `{self.against}`" if self.kind == "machine"
-                else f"**{self.verdict}** now, **{self.other_verdict}** in {self.against}")
-        if self.difference:
-            what += f" (a {self.difference} difference" + (": the measurement code differs" if
-                                                            self.difference == "code" else "") + ")"
-        parts = [what, "checks flipped: " + ("; ".join(self.flipped) if self.flipped else "none (the verdict rule "
-                                                                                              "changed)")]
-        if self.changed:
-            parts.append(("software differs: " if self.kind == "machine" else "changed: ") + self.changed)
-        return "; ".join(parts)
 
 
 @dataclass
@@ -292,11 +280,6 @@ def _columns(cells: list[Cell]) -> list[tuple[str, str, str]]:
     return sorted(cols, key=lambda k: (SCALES.index(k[2]) if k[2] in SCALES else 9, k[2], k[0] != RUN, k[1]))
 
 
-def _column_label(col: tuple[str, str, str]) -> str:
-    kind, hw, scale = col
-    return f"`{hw}` {scale}" + (" (reference)" if kind != RUN else " (this checkout)")
-
-
 def _rows(cells: list[Cell]) -> list[str]:
     found = {c.claim for c in cells}
     known = registry.claim_ids()
@@ -338,11 +321,6 @@ def _wrap(text: str, indent: str = "") -> list[str]:
 
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * len(indent),
                          break_long_words=False, break_on_hyphens=False) or [""]
-
-
-def md_cell(text) -> str:
-    """A markdown table cell that cannot break its row: pipes escaped, newlines folded."""
-    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def _letters(n: int) -> list[str]:
@@ -475,7 +453,7 @@ def matrix_markdown(results_root: str | Path, reports_root: str | Path, history:
                 continue
             h = _headline_of_row(row_cells)
             first = [f"{code}{claim}", md_cell(h["name"] + (f" ({h['unit']})" if h["unit"] else "")),
-                     md_cell(headline.shorten(h["paper"], 36))]
+                     md_cell(headline.clip(h["paper"], 36))]
             for col in scols:
                 c = index.get((claim, *col))
                 if c is None:

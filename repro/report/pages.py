@@ -117,12 +117,12 @@ def _checks_frame(checks: list[dict]) -> pd.DataFrame:
     reasons follow as a list (:func:`_check_details`)."""
     rows = []
     for i, c in enumerate(checks, 1):
-        row = {"#": str(i), "check": headline.shorten(c["name"], 90)}
+        row = {"#": str(i), "check": headline.clip(c["name"], 90)}
         if any("headline" in x for x in checks):
             row["headline"] = "**headline**" if c.get("headline") else ""
         row.update({"holds": HOLDS.get(c.get("passed"), str(c.get("passed"))),
-                    "measured": headline.shorten(str(c.get("measured")), CELL),
-                    "paper / expected": headline.shorten(str(c.get("expected")), CELL)})
+                    "measured": headline.clip(str(c.get("measured")), CELL),
+                    "paper / expected": headline.clip(str(c.get("expected")), CELL)})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -157,7 +157,7 @@ def headline_blocks(verdict: dict) -> list[tuple]:
                                                                       300))]
     has_numbers = bool(c.get("numbers"))
     row = {"headline": h["name"] + (f" ({h['unit']})" if h["unit"] else ""),
-           "measured": h["value"] if has_numbers else headline.shorten(str(c.get("measured")), 120),
+           "measured": h["value"] if has_numbers else headline.clip(str(c.get("measured")), 120),
            "paper": h["paper"]}
     if h["compare"]:
         row["vs paper"] = h["compare"]
@@ -241,14 +241,11 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
     blocks += verdict_blocks(verdict)
     pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
     if len(pub):
-        from repro.report.compare import is_percent
+        from repro.report.compare import _versus, is_percent  # the compare pages' rule: like quantities only
 
-        def versus(v, p, u, pu) -> str:  # like quantities only: a ratio, or a difference in points for percentages
-            if not (isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and u == pu):
-                return ""
-            if is_percent(u):
-                return f"{v - p:+.3g} pp"
-            return f"x{v / p:.3g}" if p else ""
+        def versus(v, p, u, pu) -> str:
+            ok = isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and u == pu
+            return _versus(v, None, p, None, is_percent(u)) if ok and (p or is_percent(u)) else ""
 
         diff = [versus(v, p, u, pu) for v, p, u, pu in zip(pub["value"], pd.to_numeric(pub["published_value"],
                                                                                          errors="coerce"),
