@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import platform
+import subprocess
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -51,6 +52,21 @@ ARTEFACT_CODE = {
 SOFTWARE = ("torch", "triton")
 # the functions of a claim module that run its experiment (everything reachable from them is measurement code)
 MEASURE_ROOTS = ("run", "run_part")
+
+
+def git_commit(root: str | Path | None = None) -> dict:
+    """HEAD and whether the code differs from it. Changes under results/ and reports/ (outputs, which Snakemake
+    deletes before a rerun) do not make the code dirty."""
+    root = Path(root or ROOT)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                     ":(exclude)results", ":(exclude)reports"], cwd=root,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"commit": commit, "dirty": dirty}
 
 
 def _sha(text: str | bytes) -> str:
@@ -113,8 +129,9 @@ def module_closure(modules: tuple[str, ...], root: Path = ROOT, stop: tuple[str,
 
 def split_claim_module(path: Path) -> tuple[str, str]:
     """(measurement source, judge-only source) of a claim module: the top-level functions reachable from
-    ``judge`` and from none of :data:`MEASURE_ROOTS` or the module-level statements are judge-only; everything
-    else is measurement code (conservatively: a helper both use is measurement)."""
+    ``judge`` and from none of :data:`MEASURE_ROOTS` or the module-level statements are judge-only, and so are the
+    module-level imports of judge-side modules only; everything else is measurement code (conservatively: a helper
+    both use is measurement)."""
     text = path.read_text()
     tree = ast.parse(text)
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
@@ -137,7 +154,8 @@ def split_claim_module(path: Path) -> tuple[str, str]:
     judge_only = reach({"judge"} & set(defs), set()) - measure
     lines = text.splitlines(keepends=True)
     judge_src, keep = [], []
-    spans = sorted((defs[d].lineno - len(defs[d].decorator_list), defs[d].end_lineno, d) for d in judge_only)
+    spans = sorted([(defs[d].lineno - len(defs[d].decorator_list), defs[d].end_lineno, d) for d in judge_only]
+                   + [(n.lineno, n.end_lineno, "import") for n in tree.body if _imports_judge_side_only(n)])
     cursor = 0
     for start, end, _ in spans:
         keep.append("".join(lines[cursor:start - 1]))
@@ -145,6 +163,19 @@ def split_claim_module(path: Path) -> tuple[str, str]:
         cursor = end
     keep.append("".join(lines[cursor:]))
     return "".join(keep), "".join(judge_src)
+
+
+def _imports_judge_side_only(node) -> bool:
+    """A module-level import of judge-side modules only (``from repro.verdicts import check``): judge code, so
+    importing one more verdict helper re-judges and measures nothing again."""
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        mods = [node.module] if node.module != "repro" else [f"repro.{a.name}" for a in node.names]
+    elif isinstance(node, ast.Import):
+        mods = [a.name for a in node.names]
+    else:
+        return False
+    side = {p.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for p in JUDGE_SIDE}
+    return all(m in side for m in mods)
 
 
 def _files_digest(paths: list[Path], root: Path) -> dict[str, str]:

@@ -3,7 +3,7 @@ them into a verdict. Judge-side code: the workflow re-judges stored measurements
 measures nothing again (repro.provenance.JUDGE_SIDE)."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
 from repro import registry
 
@@ -148,3 +148,83 @@ def setup_table(claim: str, this_run: Mapping[str, str]) -> list[dict]:
     aspects = list(paper) + [a for a in this_run if a not in paper]
     return [{"aspect": a, "paper": str(paper.get(a, "not stated")), "this_run": str(this_run.get(a, "not stated"))}
             for a in aspects]
+
+
+# ----------------------------------------------------------------------------------------------- decisions
+def both(*decisions: bool | None) -> bool | None:
+    """Three-valued AND: False if any is False, None if any is undecided, else True."""
+    if any(d is False for d in decisions):
+        return False
+    return None if any(d is None for d in decisions) else True
+
+
+def decide_interval(lo: float, hi: float, *, above: float | None = None, below: float | None = None) -> bool | None:
+    """Decide "value > above" / "value < below" from an interval [lo, hi]: True when the whole interval is on the
+    claimed side, False when the whole interval is on the other side, None (undecided) when it straddles."""
+    if above is not None:
+        return True if lo > above else False if hi <= above else None
+    if below is not None:
+        return True if hi < below else False if lo >= below else None
+    raise ValueError("decide_interval: give above= or below=")
+
+
+def decide_within(lo: float, hi: float, target_lo: float, target_hi: float) -> bool | None:
+    """Decide "value in [target_lo, target_hi]" from an interval [lo, hi]: True when [lo, hi] lies strictly inside
+    the target band, False when it lies wholly outside, None when it overlaps or touches an edge (too little
+    precision: a tie never passes) or is NaN."""
+    if target_lo < lo and hi < target_hi:
+        return True
+    if hi < target_lo or lo > target_hi:
+        return False
+    return None
+
+
+class Rows(list):
+    """Metric rows (the dicts of metrics.csv, or of ``repro.io.metric``) with the queries a judge asks of them:
+    ``Rows(rows).metric("bleu").where(norm="pre").values()``. Every query returns rows in their stored order."""
+
+    def metric(self, *names: str) -> "Rows":
+        """The rows of any of the metrics ``names``."""
+        return Rows(r for r in self if r["metric"] in names)
+
+    def where(self, **sweep: Any) -> "Rows":
+        """The rows whose sweep variables equal the given values (a variable a row lacks matches None)."""
+        return Rows(r for r in self if all(r["sweep"].get(k) == v for k, v in sweep.items()))
+
+    def having(self, *keys: str) -> "Rows":
+        """The rows that set every sweep variable in ``keys``."""
+        return Rows(r for r in self if all(k in r["sweep"] for k in keys))
+
+    def filter(self, keep) -> "Rows":
+        """The rows for which ``keep(row)`` is true (for a condition ``where`` cannot state)."""
+        return Rows(r for r in self if keep(r))
+
+    def measured(self) -> "Rows":
+        """The rows with a value (a row whose measurement was skipped or failed has value None)."""
+        return Rows(r for r in self if r["value"] is not None)
+
+    def values(self) -> list:
+        return [r["value"] for r in self]
+
+    def first(self, default: Any = None) -> Any:
+        return self[0] if self else default
+
+    def value(self, default: Any = None) -> Any:
+        """The first row's value (``default`` when there is none)."""
+        return self[0]["value"] if self else default
+
+    def sweep(self, key: str) -> list:
+        """The distinct values of sweep variable ``key`` in order of first appearance (rows without it skipped)."""
+        return list(dict.fromkeys(r["sweep"][key] for r in self if key in r["sweep"]))
+
+    def by(self, key: str) -> dict[Any, "Rows"]:
+        """The rows grouped by sweep variable ``key`` (in order of first appearance; rows without it skipped)."""
+        out: dict[Any, Rows] = {}
+        for r in self:
+            if key in r["sweep"]:
+                out.setdefault(r["sweep"][key], Rows()).append(r)
+        return out
+
+
+def rows(items: Iterable[Mapping]) -> Rows:
+    return items if isinstance(items, Rows) else Rows(items)

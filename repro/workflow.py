@@ -62,7 +62,7 @@ class Run:
         reruns instead of "Nothing to be done"; damaged results (unreadable verdict.json, a metrics.csv that
         does not match its integrity record) stop the run here, naming the file, before any job removes the
         page built from them."""
-        from repro.bench.records import ResultsError, check_results
+        from repro.io import ResultsError, check_results
 
         for claim in self.cfg["claims"]:
             if claim not in self.claims_with_workflow:

@@ -13,6 +13,7 @@ from repro.claims import head_pruning as hp
 from repro.claims._heads import (Head, HardConcreteGates, all_heads, head_importance, pruned_copy, pruning_levels,
                                  set_pruned)
 from repro.config import section
+from repro.bench.fingerprint import fingerprint
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def tiny_model(tmp_path_factory):
 
 
 def test_tiny_run(tiny_model, tmp_path):
-    from repro.bench.records import read_metrics, write_results
+    from repro.io import read_metrics, write_results
     from repro.report.plots import ResultFiles
     from repro.report.plots.head_pruning import plots
 
@@ -59,7 +60,7 @@ def test_tiny_run(tiny_model, tmp_path):
     assert len(by("l0_heads_kept")) == len(params["l0"]["lambdas"])
     assert {r["sweep"]["order"] for r in by("prunable_fraction")} == {"importance", "importance_raw"}
     assert all(0 <= r["value"] <= 100 for r in by("prunable_fraction"))
-    write_results(tmp_path, claim="head_pruning", scale="tiny", metrics=rows, verdict=verdict, config=params)
+    write_results(tmp_path, fingerprint=fingerprint(), claim="head_pruning", scale="tiny", metrics=rows, verdict=verdict, config=params)
     figs = plots(read_metrics(tmp_path), ResultFiles.of(tmp_path), tmp_path)
     assert {f for f, _ in figs} == {"ablation.png", "pruning_curve.png", "l0_budgets.png", "speedup.png"}
     assert all((tmp_path / f).stat().st_size > 0 for f, _ in figs)
@@ -206,7 +207,7 @@ def early_loss_curve(fr):
 
 
 def _curve_rows(order, curve, seed=None):
-    from repro.bench.records import metric as m
+    from repro.io import metric as m
 
     c, sig = "head_pruning", 0.01
     rows = [m(c, "pruning_bleu", _BASE, "BLEU", order=order, seed=seed, pruned=0, fraction=0.0, p_value=1.0)]
@@ -236,7 +237,7 @@ def _rows(sig=2, up=1, means=(20.0, 20.0), rnd_mean=(15.0, 14.0, 14.5), curves=(
     (delta, p) against the lambda-0 fine-tune, or None. ``ablation``: kind -> single-head changes of one layer
     (its length is the heads per layer)."""
     ablation = dict(ablation)
-    from repro.bench.records import metric as m
+    from repro.io import metric as m
 
     c = "head_pruning"
     rows = [m(c, "significant_heads_fraction", sig / _TOTAL, n=_TOTAL, sweep={"kind": "encoder_self"}),
@@ -263,7 +264,7 @@ def _rows(sig=2, up=1, means=(20.0, 20.0), rnd_mean=(15.0, 14.0, 14.5), curves=(
 
 
 def _learned(rows, base=_BASE, copy=12.0):
-    from repro.bench.records import metric as m
+    from repro.io import metric as m
 
     return rows + [m("head_pruning", "bleu_unpruned", base, "BLEU", subset="eval"),
                    m("head_pruning", "bleu_copy_baseline", copy, "BLEU", subset="eval")]

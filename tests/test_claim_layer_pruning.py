@@ -8,8 +8,9 @@ import torch
 
 from repro.artefacts import ArtefactError
 from repro import config
-from repro.bench.records import metric
+from repro.io import metric
 from repro.claims import layer_pruning as lp
+from repro.bench.fingerprint import fingerprint
 
 C = lp.CLAIM
 
@@ -119,12 +120,12 @@ def test_tiny_run(tiny_models):
     assert sorted(r["sweep"]["n_removed"] for r in healed) == [2, 3]  # fractions 0.5 and 1.0 of 3 layers
     assert (out / "profiles.json").exists() and (out / "quality.csv").exists()
     # the plots work on the tiny output
-    from repro.bench.records import write_results
-    from repro.bench.records import read_metrics
+    from repro.io import write_results
+    from repro.io import read_metrics
     from repro.report.plots import ResultFiles
     from repro.report.plots.layer_pruning import plots
 
-    write_results(out, claim=C, scale="tiny", metrics=rows, verdict=verdict, config=params)
+    write_results(out, fingerprint=fingerprint(), claim=C, scale="tiny", metrics=rows, verdict=verdict, config=params)
     figs = plots(read_metrics(out), ResultFiles.of(out), out)
     assert {f for f, _ in figs} == {"block_influence.png", "angular_distance.png", "quality_vs_removed.png",
                                     "healing.png"}

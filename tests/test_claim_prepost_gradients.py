@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from repro import config
-from repro.bench.records import metric
+from repro.io import metric
 from repro.claims import prepost_gradients as pg
 
 CLAIM = pg.CLAIM

@@ -12,7 +12,7 @@ import torch
 
 from repro.artefacts import ArtefactError
 from repro import config
-from repro.bench.records import metric
+from repro.io import metric
 from repro.claims import quantization as qz
 
 C = qz.CLAIM

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from repro import config
-from repro.bench.records import metric
+from repro.io import metric
 from repro.claims import rank_collapse as rc
 
 CLAIM = rc.CLAIM

@@ -50,7 +50,7 @@ def test_a_claim_from_the_template_runs_through_snakemake(tmp_path):
         assert (repo / f"reports/test-hw/{scale}/example_rms.md").is_file()
     # its negative control, on the default run's own rows, is not reproduced (what test_judge_contract requires)
     probe = ("import sys, json, math; sys.path.insert(0, 'tests'); from controls import example_rms as c; "
-             "from repro.bench.records import read_metrics; from repro import config; "
+             "from repro.io import read_metrics; from repro import config; "
              "from repro.claims.example_rms import judge; "
              "rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} "
              "for r in read_metrics('results/test-hw/default/example_rms').to_dict('records')]; "

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from repro import config
-from repro.bench.records import metric
+from repro.io import metric
 from repro.claims import warmup_stability as ws
+from repro.bench.fingerprint import fingerprint
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +46,12 @@ def test_tiny_run_shapes(tiny_run):
 
 
 def test_tiny_plots(tiny_run, tmp_path):
-    from repro.bench.records import read_metrics, write_results
+    from repro.io import read_metrics, write_results
     from repro.report.plots import ResultFiles
     from repro.report.plots.warmup_stability import plots
 
     p, out, rows, verdict = tiny_run
-    write_results(out, claim="warmup_stability", scale="tiny", metrics=rows, verdict=verdict, config=p,
+    write_results(out, fingerprint=fingerprint(), claim="warmup_stability", scale="tiny", metrics=rows, verdict=verdict, config=p,
                   artifacts=ws.ARTIFACTS)  # as the claim's command line writes them: curves declared
     figs = plots(read_metrics(out), ResultFiles.of(out), tmp_path)
     assert {f for f, _ in figs} >= {"loss_curves.png", "bleu.png", "depth.png"}
@@ -276,7 +277,7 @@ def test_judge_tiny_is_not_applicable():
 
 
 def test_t_interval():
-    from repro.bench.records import sample_interval
+    from repro.stats import sample_interval
 
     m, lo, hi, sd = sample_interval([1.0, 2.0, 3.0])
     assert (m, sd) == (2.0, 1.0)

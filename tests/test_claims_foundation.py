@@ -2,7 +2,7 @@
 import copy
 
 from repro import config
-from repro.bench import records
+from repro import io as records
 from repro.claims import block_numerics, param_accounting
 
 

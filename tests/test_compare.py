@@ -1,5 +1,5 @@
 """Hardware comparison (repro.report.compare): two fake machines' result trees written with
-repro.bench.records.write_results; the table joins rows by (claim, metric, sweep), shows a missing claim as
+repro.io.write_results; the table joins rows by (claim, metric, sweep), shows a missing claim as
 missing (never 0), and computes ratios to the paper and between machines. Which rows are compared is the rows'
 ``kind`` column; trees written before that column existed (no kind) give the same tables through the fallback."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from repro.bench.records import _integrity, metric, read_json, verdict, write_results
+from repro.io import _integrity, metric, read_json, write_results
+from repro.verdicts import verdict
 from repro.report import compare
 
 CPU, GPU = "cpu-test-2c", "gpu-test-h200"

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from repro import config, registry
-from repro.bench import records
-from repro.bench.fingerprint import hardware_id, slug
+from repro import io as records, stats, verdicts
+from repro.bench.fingerprint import fingerprint, hardware_id, slug
 
 
 def test_every_claim_config_validates_at_every_scale():
@@ -39,8 +39,8 @@ def test_defaults_filled():
 def test_write_results_atomic_and_complete(tmp_path):
     rows = [records.metric("param_accounting", "total", 123, "params", published_key="llama7b_total_params", model="m"),
             records.metric("param_accounting", "share_ffn", 64.0, "percent", kind="statistic", model="m", seed=1)]
-    v = records.verdict_from_checks("param_accounting", [records.check("a", True, "1", "1", headline=True),
-                                                         records.check("b", False, "2", "3")], "default")
+    v = verdicts.verdict_from_checks("param_accounting", [verdicts.check("a", True, "1", "1", headline=True),
+                                                         verdicts.check("b", False, "2", "3")], "default")
     assert v["verdict"] == "partially" and "Failing: b" in v["reason"]
     fp = {"hardware_id": "hw-a", "git": {"commit": "abc"}, "timestamp": "t", "hardware": {}, "software": {}}
     records.write_results(tmp_path, claim="param_accounting", scale="default", metrics=rows, verdict=v,
@@ -56,46 +56,46 @@ def test_write_results_atomic_and_complete(tmp_path):
 
 def test_verdict_rules():
     """The contract (docs/verdicts.md): headline checks decide; an undecided headline is inconclusive."""
-    ok_h = records.check("x", True, "1", "1", headline=True)
-    bad_h = records.check("y", False, "0", "1", headline=True)
-    und_h = records.check("u", None, "?", "1", headline=True, undecided_because="spread too wide")
-    ok, bad = records.check("s", True, "1", "1"), records.check("t", False, "0", "1")
-    v = lambda *cs, scale="default": records.verdict_from_checks("c", list(cs), scale)["verdict"]
+    ok_h = verdicts.check("x", True, "1", "1", headline=True)
+    bad_h = verdicts.check("y", False, "0", "1", headline=True)
+    und_h = verdicts.check("u", None, "?", "1", headline=True, undecided_because="spread too wide")
+    ok, bad = verdicts.check("s", True, "1", "1"), verdicts.check("t", False, "0", "1")
+    v = lambda *cs, scale="default": verdicts.verdict_from_checks("c", list(cs), scale)["verdict"]
     assert v(ok_h) == "reproduced" and v(ok_h, ok) == "reproduced"
     assert v(ok_h, bad) == "partially"
     assert v(bad_h, ok) == "not_reproduced" and v(bad_h, ok_h) == "not_reproduced"
     assert v(und_h, ok, ok_h) == "inconclusive" and v(und_h, bad_h) == "not_reproduced"
     assert v(ok_h, bad, scale="tiny") == "not_applicable"
-    only_na = records.check("gpu", None, "", "", headline=True, undecided_because="not applicable: no GPU")
+    only_na = verdicts.check("gpu", None, "", "", headline=True, undecided_because="not applicable: no GPU")
     assert v(only_na) == "not_applicable"
-    inc = records.verdict_from_checks("c", [und_h, ok], "default")
+    inc = verdicts.verdict_from_checks("c", [und_h, ok], "default")
     assert "spread too wide" in inc["reason"] and inc["meaning"] and inc["gates"] == [] and inc["setup"] == []
     # a run too small to make the headline check at all decides nothing
     assert v(ok, bad) == "inconclusive" and v(ok, scale="tiny") == "not_applicable"
     with pytest.raises(ValueError):
-        records.verdict("c", "maybe", "")
+        verdicts.verdict("c", "maybe", "")
 
 
 def test_gates_and_intervals():
-    g_bad = records.gate("control learned", False, "BLEU 1.0 vs copy 16.8", ">= copy + 3")
-    c = records.gated(records.check("h", True, "m", "e", headline=True), [g_bad])
+    g_bad = verdicts.gate("control learned", False, "BLEU 1.0 vs copy 16.8", ">= copy + 3")
+    c = verdicts.gated(verdicts.check("h", True, "m", "e", headline=True), [g_bad])
     assert c["passed"] is None and "control learned" in c["undecided_because"]
-    assert records.verdict_from_checks("c", [c], "default", gates=[g_bad])["verdict"] == "inconclusive"
-    g_ok = records.gate("control learned", True, "", "")
-    assert records.gated(records.check("h", False, "m", "e"), [g_ok])["passed"] is False
-    assert records.decide_interval(1.2, 1.5, above=1.0) is True
-    assert records.decide_interval(0.5, 0.9, above=1.0) is False
-    assert records.decide_interval(0.9, 1.1, above=1.0) is None
-    assert records.decide_within(-0.6, -0.4, -0.65, -0.35) is True and records.decide_within(-1, -0.8, -0.65, -0.35) is False
-    assert records.decide_within(-0.7, -0.5, -0.65, -0.35) is None
-    lo, hi = records.t_interval(1.0, 0.5, 5)
+    assert verdicts.verdict_from_checks("c", [c], "default", gates=[g_bad])["verdict"] == "inconclusive"
+    g_ok = verdicts.gate("control learned", True, "", "")
+    assert verdicts.gated(verdicts.check("h", False, "m", "e"), [g_ok])["passed"] is False
+    assert verdicts.decide_interval(1.2, 1.5, above=1.0) is True
+    assert verdicts.decide_interval(0.5, 0.9, above=1.0) is False
+    assert verdicts.decide_interval(0.9, 1.1, above=1.0) is None
+    assert verdicts.decide_within(-0.6, -0.4, -0.65, -0.35) is True and verdicts.decide_within(-1, -0.8, -0.65, -0.35) is False
+    assert verdicts.decide_within(-0.7, -0.5, -0.65, -0.35) is None
+    lo, hi = stats.t_interval(1.0, 0.5, 5)
     assert abs((hi - lo) / 2 - 2.776 * 0.5 / 5 ** 0.5) < 1e-9
-    assert records.t_interval(1.0, 0.5, 1) == (float("-inf"), float("inf"))
-    assert records.both(True, None) is None and records.both(True, False, None) is False and records.both(True, True)
+    assert stats.t_interval(1.0, 0.5, 1) == (float("-inf"), float("inf"))
+    assert verdicts.both(True, None) is None and verdicts.both(True, False, None) is False and verdicts.both(True, True)
 
 
 def test_setup_table_from_registry():
-    rows = records.setup_table("prepost_gradients", {"model": "6+6 d 64", "device": "cpu"})
+    rows = verdicts.setup_table("prepost_gradients", {"model": "6+6 d 64", "device": "cpu"})
     by = {r["aspect"]: r for r in rows}
     assert "IWSLT14" in by["data"]["paper"] and by["data"]["this_run"] == "not stated"
     assert by["model"]["this_run"] == "6+6 d 64" and by["device"]["paper"] == "not stated"
@@ -116,7 +116,7 @@ def test_claim_page_and_index(tmp_path):
     params = config.section("param_accounting", "tiny")
     res = tmp_path / "results/hw/tiny/param_accounting"
     rows, v = param_accounting.run(params, "tiny", res)
-    records.write_results(res, claim="param_accounting", scale="tiny", metrics=rows, verdict=v, config=params)
+    records.write_results(res, fingerprint=fingerprint(), claim="param_accounting", scale="tiny", metrics=rows, verdict=v, config=params)
     page = claim_page("param_accounting", res, tmp_path / "reports/hw/tiny/param_accounting.md",
                       tmp_path / "reports/hw/tiny/param_accounting")
     text = page.read_text()

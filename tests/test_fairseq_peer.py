@@ -1,13 +1,13 @@
-"""repro.bench.fairseq_peer's pieces that do not need fairseq: the id mapping, the data-bin it writes (read back with
+"""repro.peers.fairseq's pieces that do not need fairseq: the id mapping, the data-bin it writes (read back with
 the suite's fairseq reader), the fairseq-train arguments it derives from the config, and the log parsing. The
-end-to-end benchmark needs a fairseq venv (``python -m repro.bench.fairseq_peer --fairseq-venv PATH``)."""
+end-to-end benchmark needs a fairseq venv (``python -m repro.peers.fairseq --fairseq-venv PATH``)."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from repro import config
-from repro.bench import fairseq_peer as fp
+from repro.peers import fairseq as fp
 from repro.data.batching import EncodedCorpus
 from repro.data.fairseq_io import read_fairseq_dictionary, read_indexed_dataset
 

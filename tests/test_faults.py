@@ -140,7 +140,7 @@ def _claim_cmd(d: Path):
 
 
 def _check_claim_folder(d: Path) -> None:
-    from repro.bench.records import read_json, read_metrics, read_verdict
+    from repro.io import read_json, read_metrics, read_verdict
 
     if (d / "verdict.json").exists():  # "complete": everything beside it must be whole and match its record
         v = read_verdict(d / "verdict.json")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from repro import config, registry
-from repro.bench.records import read_metrics
+from repro.io import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 REFS = ROOT / "references" / "results"

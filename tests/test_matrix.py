@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.bench.records import metric, verdict, write_results
+from repro.io import metric, write_results
+from repro.verdicts import verdict
 from repro.report import matrix, pages
 from test_workflow import planned_jobs
 

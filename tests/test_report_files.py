@@ -1,4 +1,4 @@
-"""What the report may read: the ``kind`` of a metrics row (repro.bench.kinds, records.metric) and the declared
+"""What the report may read: the ``kind`` of a metrics row (repro.kinds, records.metric) and the declared
 result files of a claim (write_results ``artifacts`` -> verdict.json -> repro.report.plots.ResultFiles). Every plot
 module runs on a copy of a committed results folder that holds only the declared files, while every file it opens
 is recorded: nothing undeclared may be read."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from repro import registry
-from repro.bench import kinds
-from repro.bench.records import (CORE_FILES, ResultsError, declared_files, metric, read_metrics, read_verdict,
-                                 verdict, write_results)
+from repro import kinds
+from repro.io import CORE_FILES, ResultsError, declared_files, metric, read_metrics, read_verdict, write_results
+from repro.verdicts import verdict
 from repro.config import ROOT
 from repro.report.pages import claim_page
 from repro.report.plots import ResultFiles

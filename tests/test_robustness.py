@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_workflow import planned_jobs
+from repro.bench.fingerprint import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,12 +187,13 @@ def _mode(p: Path) -> int:
 
 def test_results_pages_and_checkpoints_follow_the_umask(tmp_path, umask_022):
     """Item 4: atomic writes went through mkstemp and came out 0600 whatever the umask."""
-    from repro.bench.records import atomic_write_text, metric, verdict, write_results
+    from repro.io import atomic_write_text, metric, write_results
+    from repro.verdicts import verdict
     from repro.train.loop import save_checkpoint
 
     atomic_write_text(tmp_path / "page.md", "x")
     save_checkpoint(tmp_path / "ck.pt", {"w": torch.zeros(2)})
-    write_results(tmp_path / "res", claim="param_accounting", scale="tiny",
+    write_results(tmp_path / "res", fingerprint=fingerprint(), claim="param_accounting", scale="tiny",
                   metrics=[metric("param_accounting", "m", 1.0)],
                   verdict=verdict("param_accounting", "not_applicable", "t"), config={})
     files = [tmp_path / "page.md", tmp_path / "ck.pt", *sorted((tmp_path / "res").iterdir())]
@@ -205,10 +207,11 @@ def test_results_pages_and_checkpoints_follow_the_umask(tmp_path, umask_022):
 
 def _tiny_results(tmp_path, claim="param_accounting"):
     """Results and page of one claim in a scratch project directory, as a finished tiny run leaves them."""
-    from repro.bench.records import metric, verdict, write_results
+    from repro.io import metric, write_results
+    from repro.verdicts import verdict
 
     res = tmp_path / "results/test-hw/tiny" / claim
-    write_results(res, claim=claim, scale="tiny", metrics=[metric(claim, "m", float(i), row=i) for i in range(5)],
+    write_results(res, fingerprint=fingerprint(), claim=claim, scale="tiny", metrics=[metric(claim, "m", float(i), row=i) for i in range(5)],
                   verdict=verdict(claim, "not_applicable", "tiny"), config={})
     page = tmp_path / "reports/test-hw/tiny" / f"{claim}.md"
     page.parent.mkdir(parents=True, exist_ok=True)
@@ -235,7 +238,7 @@ def test_page_without_results_is_stale_and_the_claim_reruns(tmp_path):
 # --- item 7: damaged inputs named; old page kept ----------------------------------------------------------------
 
 def test_truncated_metrics_csv_is_caught_by_the_integrity_record(tmp_path):
-    from repro.bench.records import ResultsError, read_json, read_metrics
+    from repro.io import ResultsError, read_json, read_metrics
 
     res, _ = _tiny_results(tmp_path)
     rec = read_json(res / "verdict.json")["integrity"]["metrics.csv"]
@@ -369,7 +372,7 @@ def test_readme_python_module_commands_exist_and_parse():
             words = shlex.split(re.sub(r"<[^>]+>", "x", line), comments=True)
             if len(words) > 2 and words[0] == ".venv/bin/python" and words[1] == "-m" and words[2].startswith("repro"):
                 mods.add(words[2])
-    assert {"repro.bench.throughput", "repro.bench.fairseq_peer"} <= mods
+    assert {"repro.peers.throughput", "repro.peers.fairseq"} <= mods
     for mod in sorted(mods):
         r = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "usage:" in r.stdout, f"README: python -m {mod} --help\n{r.stderr[-2000:]}"

@@ -1,4 +1,4 @@
-"""repro.bench.throughput (issue 18, item 3): the torch.nn.Transformer reference is the suite's model (same logits,
+"""repro.peers.throughput (issue 18, item 3): the torch.nn.Transformer reference is the suite's model (same logits,
 same decoded tokens), the loop's speed-ups keep its losses, and the benchmark writes its files end to end."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro.bench.records import check_results, read_metrics
-from repro.bench.throughput import (ReferenceTransformer, copy_suite_weights, reference_decode_ids, run)
+from repro.io import check_results, read_metrics
+from repro.peers.throughput import (ReferenceTransformer, copy_suite_weights, reference_decode_ids, run)
 from repro.data import EncodedCorpus, token_batches
 from repro.train.decode import DecodeConfig, decode_ids
 from repro.train.loop import OptimConfig, RunConfig, ScheduleConfig, lr_at, smoothed_cross_entropy, train

@@ -123,7 +123,7 @@ rule translation_evaluate:
         runtime=60,
         mem_mb=8000,
     shell:
-        f"{W.py} -m repro.train.evaluate --params {{params.cfg:q}} --scale {W.scale} --model {TRANSLATION_DIR} "
+        f"{W.py} -m repro.train.evaluate --params {{params.cfg:q}} --scale {W.scale} --hardware {W.hw} --model {TRANSLATION_DIR} "
         f"--lm {LM_DIR} --out {W.res}/translation --keys {{params.prov:q}} 2>&1 | tee {{log}}"
 
 

@@ -5,7 +5,6 @@ every results folder, so results from different machines never overwrite each ot
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -15,6 +14,8 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+
+from repro.provenance import git_commit
 
 PACKAGES = ("torch", "triton", "snakemake", "pandas", "numpy", "seaborn", "sacrebleu", "sentencepiece")
 
@@ -53,21 +54,6 @@ def _version(pkg: str) -> str | None:
         return None
 
 
-def git_commit(root: str | Path | None = None) -> dict:
-    """HEAD and whether the code differs from it. Changes under results/ and reports/ (outputs, which Snakemake
-    deletes before a rerun) do not make the code dirty."""
-    root = Path(root or Path(__file__).resolve().parents[2])
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                     ":(exclude)results", ":(exclude)reports"], cwd=root,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = None, None
-    return {"commit": commit, "dirty": dirty}
-
-
 def accelerator() -> dict | None:
     try:
         import torch
@@ -86,11 +72,13 @@ def accelerator() -> dict | None:
             "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda, "driver": driver}
 
 
-def fingerprint() -> dict:
-    """Everything that identifies where and with what a number was measured."""
+def fingerprint(hardware: str | None = None) -> dict:
+    """Everything that identifies where and with what a number was measured. ``hardware``: the id the results are
+    filed under, decided once by the entry point (the workflow's ``hardware`` setting, a job's ``--hardware``);
+    None detects it (:func:`hardware_id`)."""
     accel = accelerator()
     return {
-        "hardware_id": hardware_id(accel),
+        "hardware_id": hardware or hardware_id(accel),
         "hardware": {"cpu": _cpu_model(), "cores": _cores(), "memory_gib": _mem_gib(), "machine": platform.machine(),
                      "accelerator": accel},
         "software": {"python": platform.python_version(), "os": platform.platform(),
@@ -106,19 +94,14 @@ def slug(text: str) -> str:
 
 
 def hardware_id(accel: dict | None = "auto") -> str:
-    """``gpu-<name>[x<count>]`` on a GPU machine, else ``cpu-<model>-<cores>c``; override with REPRO_HARDWARE_ID."""
-    if os.environ.get("REPRO_HARDWARE_ID"):
-        return slug(os.environ["REPRO_HARDWARE_ID"])
+    """The detected id: ``gpu-<name>[x<count>]`` on a GPU machine, else ``cpu-<model>-<cores>c`` (an entry point
+    may be told another: the workflow's ``hardware`` setting)."""
     if accel == "auto":
         accel = accelerator()
     if accel:
         count = f"x{accel['count']}" if accel.get("count", 1) > 1 else ""
         return f"gpu-{slug(accel['name'])}{count}"
     return f"cpu-{slug(_cpu_model())}-{_cores()}c"
-
-
-def config_hash(config) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 if __name__ == "__main__":

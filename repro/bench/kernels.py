@@ -36,8 +36,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from repro.bench.fingerprint import fingerprint
 from repro.bench.memory import peak_memory
-from repro.bench.records import atomic_write_json, atomic_write_text
-from repro.bench.timing import flush_l2, paired_ratios, summarize, time_interleaved
+from repro.io import atomic_write_json, atomic_write_text
+from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model.attention import causal_band, math_attention
 from repro.model.norms import layer_norm_manual, rms_norm_manual
 

@@ -2,7 +2,7 @@
 
 ``python -m repro.claims.<id> --scale S --out DIR [--params JSON]``: parameters come from ``--params`` (what the
 Snakefile passes, already validated) or, when run by hand, from config/claims/<id>.yaml at that scale. The claim's
-``run`` returns metrics rows and a verdict; this writes them with the fingerprint (repro.bench.records).
+``run`` returns metrics rows and a verdict; this writes them with the fingerprint (repro.io).
 Progress goes to stderr (the rule's log).
 """
 from __future__ import annotations
@@ -12,17 +12,16 @@ import importlib
 import json
 import logging
 import math
-import os
 import sys
 import textwrap
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from repro import config, provenance
 from repro.bench.fingerprint import fingerprint, slug
-from repro.bench.records import (atomic_write_json, read_metrics, remove_stale_temps, write_measurement,
-                                 write_verdict)
+from repro.io import atomic_write_json, read_metrics, remove_stale_temps, write_measurement, write_verdict
 from repro.cli import load_params, positive_int, setup_logging  # noqa: F401 (setup_logging: also used by claims)
 
 log = logging.getLogger("repro")
@@ -145,12 +144,10 @@ def main(claim: str, run: Callable, argv=None) -> int:
     if keys is None:
         needs = tuple(n["artefact"] for n in config.needed(config.workflow_spec(claim, args.scale), params))
         keys = provenance.claim_keys(claim, key_params, needs)
-    if args.hardware:
-        if slug(args.hardware) != args.hardware:
-            parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
-        os.environ["REPRO_HARDWARE_ID"] = args.hardware
+    if args.hardware and slug(args.hardware) != args.hardware:
+        parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
     if args.threads:
-        import torch
+        import torch  # lazy: --help and --rejudge need no torch (seconds to import)
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     part = getattr(args, "part", None)
@@ -169,6 +166,7 @@ def main(claim: str, run: Callable, argv=None) -> int:
         return 0
     metrics, verdict = run(params, args.scale, args.out)
     measured = write_measurement(args.out, claim=claim, scale=args.scale, metrics=metrics, config=params,
+                                 fingerprint=fingerprint(args.hardware),
                                  artifacts=getattr(module, "ARTIFACTS", ()),  # the claim's other files
                                  keys=keys, context={k: verdict[k] for k in JUDGE_CONTEXT if k in verdict},
                                  inputs=given, started=started)
@@ -185,8 +183,6 @@ JUDGE_CONTEXT = ("load",)  # what a judge reads beyond the rows and parameters (
 
 
 def now() -> str:
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -246,6 +242,4 @@ def rejudge(claim: str, out: Path, scale: str, judge_key: str | None = None) -> 
 
 
 def provenance_commit() -> str | None:
-    from repro.bench.fingerprint import git_commit
-
-    return git_commit()["commit"]
+    return provenance.git_commit()["commit"]

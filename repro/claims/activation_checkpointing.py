@@ -25,8 +25,9 @@ import torch
 
 from repro.bench import timing
 from repro.bench.memory import peak_memory
-from repro.bench.records import atomic_write_json, check, decide_within, metric, setup_table, verdict_from_checks
-from repro.bench.stats import loglog_slope
+from repro.io import atomic_write_json, metric
+from repro.verdicts import check, decide_within, setup_table, verdict_from_checks
+from repro.stats import loglog_slope
 from repro.config import resolve_device
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model import BlockConfig, EncoderModel, ModelConfig

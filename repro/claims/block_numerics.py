@@ -15,7 +15,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from repro.bench.records import check, gate, gated, metric, setup_table, verdict_from_checks
+from repro.io import metric
+from repro.verdicts import check, gate, gated, setup_table, verdict_from_checks
 from repro.model import BlockConfig, EncoderModel, ModelConfig, make_norm
 from repro.model.ffn import ACTIVATIONS
 from repro.progress import Progress

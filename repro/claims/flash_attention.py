@@ -28,8 +28,9 @@ import torch.nn.functional as F
 from repro import registry
 from repro.bench import kernels, timing
 from repro.bench.memory import peak_memory
-from repro.bench.records import check, decide_interval, metric, setup_table, verdict_from_checks
-from repro.bench.stats import loglog_slope
+from repro.io import metric
+from repro.verdicts import check, decide_interval, setup_table, verdict_from_checks
+from repro.stats import loglog_slope
 from repro.config import resolve_device
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model import BlockConfig, DecoderLM, ModelConfig
@@ -235,7 +236,7 @@ def judge(rows: list[dict], params: dict, scale: str, device: str | None = None,
     ``tolerance.linear_exponent`` / ``quadratic_exponent``; on an edge undecided), and Table 21's memory ratio > 1
     and growing strictly with N."""
     from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
-    from repro.bench.stats import both
+    from repro.verdicts import both
 
     tol, checks, load = params["tolerance"], [], load or {}
 

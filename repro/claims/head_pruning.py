@@ -29,7 +29,8 @@ import torch
 
 from repro import artefacts
 from repro.errors import ConfigError
-from repro.bench.records import check, gate, gated, metric, setup_table, verdict_from_checks
+from repro.io import metric
+from repro.verdicts import check, gate, gated, setup_table, verdict_from_checks
 from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
                                  head_importance, pruned_copy, pruning_levels, set_pruned)
 
@@ -491,7 +492,8 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     from statistics import NormalDist
 
     from repro import registry
-    from repro.bench.records import both, decide_interval, sample_interval
+    from repro.stats import sample_interval
+    from repro.verdicts import both, decide_interval
 
     def pub(key):
         return registry.published(CLAIM, key)["value"]

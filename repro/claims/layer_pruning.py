@@ -32,7 +32,6 @@ Extra outputs in the results folder: ``profiles.json`` (BI and angular-distance 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import time
@@ -46,8 +45,8 @@ import torch.nn.functional as F
 from repro import artefacts
 from repro.errors import ConfigError
 from repro.data.baselines import unigram_ppl
-from repro.bench.records import (atomic_write_json, atomic_write_text, check, gate, gated, metric, setup_table,
-                                 verdict_from_checks)
+from repro.io import atomic_write_json, atomic_write_text, metric
+from repro.verdicts import check, gate, gated, setup_table, verdict_from_checks
 
 CLAIM = "layer_pruning"
 log = logging.getLogger("repro.layer_pruning")

@@ -14,7 +14,8 @@ import logging
 import torch
 
 from repro import registry
-from repro.bench.records import check, metric, setup_table, verdict_from_checks
+from repro.io import metric
+from repro.verdicts import check, setup_table, verdict_from_checks
 from repro.model import DecoderLM, EncoderDecoder, EncoderModel, ModelConfig, active_parameters, count_by_slot
 from repro.model.ffn import swiglu_hidden
 from repro.model.hf_import import count_folder

@@ -57,8 +57,9 @@ from repro import artefacts
 from repro.errors import ConfigError
 from repro.data.baselines import unigram_ppl
 from repro import quant as Q
-from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
-                                 t_interval, verdict_from_checks)
+from repro.io import atomic_write_json, metric
+from repro.stats import t_interval
+from repro.verdicts import check, decide_interval, gate, gated, setup_table, verdict_from_checks
 
 CLAIM = "quantization"
 log = logging.getLogger("repro.quantization")
@@ -599,7 +600,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
             gates.append(g)
             gate_of[m].append(g)
     pub = lambda k: registry.published(CLAIM, k)["value"]
-    from repro.bench.stats import decide_within
+    from repro.verdicts import decide_within
 
     def noise(m):
         """(relative half-width, words): the 95% prediction half-width of one quantized model's perplexity change,

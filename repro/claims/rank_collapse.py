@@ -48,9 +48,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repro.bench.records import (atomic_write_json, both, check, decide_interval, decide_within, metric, setup_table,
-                                 t_interval, verdict_from_checks)
-from repro.bench.stats import fit_slope, mean_std
+from repro.io import atomic_write_json, metric
+from repro.stats import t_interval
+from repro.verdicts import both, check, decide_interval, decide_within, setup_table, verdict_from_checks
+from repro.stats import fit_slope, mean_std
 from repro.model.init import init_weights
 from repro.config import resolve_device
 from repro.model import BlockConfig, MultiHeadAttention, make_norm

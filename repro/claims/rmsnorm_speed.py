@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from repro.config import resolve_device
 from repro.bench import kernels
 from repro.bench import timing
-from repro.bench.records import check, decide_interval, metric, setup_table, verdict_from_checks
+from repro.io import metric
+from repro.verdicts import check, setup_table, verdict_from_checks
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model import BlockConfig, DecoderLM, ModelConfig
 

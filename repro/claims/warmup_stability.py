@@ -29,7 +29,7 @@ placeholder-free subset, and the copy baseline on the same sentences: copying th
 here).  Per data set: the unigram entropy of the training targets (the NLL of a model that learned only token
 frequencies), the training pairs kept and the vocabulary size.
 
-Verdict (``judge``; the contract of ``repro.bench.records.verdict_from_checks``):
+Verdict (``judge``; the contract of ``repro.verdicts.verdict_from_checks``):
 
 - Gates: every check is undecided unless both warm-up controls at the highest learning rate (Post-LN and Pre-LN
   with the longest warm-up, main depth) learned: the final validation NLL of EVERY seed (each seed is one side of a
@@ -46,7 +46,7 @@ Verdict (``judge``; the contract of ``repro.bench.records.verdict_from_checks``)
   PreNorm + ScaleNorm + FixNorm trains without warm-up (Nguyen & Salazar); the depth trend (Nguyen & Salazar
   Table 5: Post-LN's no-warm-up gap to Pre-LN larger at the main depth than at the shallowest).
 - Uncertainty: every check is decided on the per-seed PAIRED differences, by the 95% Student-t interval of their
-  mean (``records.decide_interval``): held when the whole interval is on the paper's side of the threshold, failed
+  mean (``repro.verdicts.decide_interval``): held when the whole interval is on the paper's side of the threshold, failed
   when it is wholly on the other side, undecided when it straddles (or with fewer than two seeds).  A diverged run
   (NaN/inf or loss above ``explode_loss``) counts with the unigram entropy as its NLL: it learned nothing.
 """
@@ -65,9 +65,9 @@ from filelock import FileLock
 from torch import nn
 
 from repro import artefacts
-from repro.bench import records
-from repro.bench.records import (atomic_write_json, check, decide_interval, gate, gated, metric, setup_table,
-                                  verdict_from_checks)
+from repro.io import atomic_write_json, metric
+from repro.stats import sample_interval
+from repro.verdicts import both, check, decide_interval, gate, gated, setup_table, verdict_from_checks
 from repro.model import block, models
 from repro.progress import Progress
 from repro.train import loop
@@ -418,12 +418,12 @@ def _ms(xs: list[float], nd: int = 3) -> str:
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     if not xs:
         return "n/a"
-    m, _, _, sd = records.sample_interval(xs)
+    m, _, _, sd = sample_interval(xs)
     return f"{m:.{nd}f}" if len(xs) < 2 else f"{m:.{nd}f} +- {sd:.{nd}f}"
 
 
 def _ci(xs: list[float]) -> str:
-    m, lo, hi, _ = records.sample_interval(xs)
+    m, lo, hi, _ = sample_interval(xs)
     return f"mean {m:+.3f} nats, 95% t-interval [{lo:+.3f}, {hi:+.3f}] over {len(xs)} paired seeds"
 
 
@@ -431,7 +431,7 @@ def _decide(xs: list[float], **side) -> tuple[bool | None, str | None]:
     """decide_interval on the 95% t-interval of the mean of ``xs``, with the reason when undecided."""
     if len(xs) < 2:
         return None, f"{len(xs)} paired seed(s): no spread to decide by (needs >= 2)"
-    _, lo, hi, _ = records.sample_interval(xs)
+    _, lo, hi, _ = sample_interval(xs)
     passed = decide_interval(lo, hi, **side)
     if passed is None:
         edge = side.get("above", side.get("below"))
@@ -449,7 +449,7 @@ def _check(name: str, xs: list[float], side: dict, measured: str, expected: str,
     passed, because = _decide(xs, **side)
     nums = None
     if paper_text is not None and xs:
-        mean, lo, hi = (records.sample_interval(xs)[:3] if len(xs) >= 2 else (sum(xs) / len(xs), None, None))
+        mean, lo, hi = (sample_interval(xs)[:3] if len(xs) >= 2 else (sum(xs) / len(xs), None, None))
         nums = numbers(mean, "nats (no warm-up - warm-up)", lo=lo, hi=hi, paper_text=paper_text)
     return check(name, passed, measured, expected, headline=headline,
                  interval=_ci(xs) if len(xs) >= 2 else None, undecided_because=because, numbers=nums)
@@ -605,7 +605,7 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
         growth = [(g.nll(po1[s]) - g.nll(pr1[s])) - (g.nll(po0[s]) - g.nll(pr0[s])) for s in seeds]
         p_deep, why_deep = _decide(g1, above=gap)
         p_grow, why_grow = _decide(growth, above=0.0)
-        passed = records.both(p_deep, p_grow)
+        passed = both(p_deep, p_grow)
         checks.append(check(
             f"no warm-up: Post-LN fails at {D1}+{D1} layers where Pre-LN trains, more than at {D0}+{D0}",
             passed,

@@ -8,7 +8,6 @@ reported on the subset where copying the source does not pay.
 """
 from __future__ import annotations
 
-import csv
 import gzip
 import hashlib
 import io

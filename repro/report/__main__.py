@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repro.bench.records import ResultsError
+from repro.io import ResultsError
 
 from .pages import ARTEFACT_PAGES, claim_page, index_page
 

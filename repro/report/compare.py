@@ -1,7 +1,7 @@
 """Compare hardware: every machine's timing and memory numbers beside the paper's (issue 8).
 
 Gathers every hardware id found under ``results/`` (layout ``results/<hardware>/<scale>/<claim>/`` with
-metrics.csv, verdict.json and fingerprint.json written by :mod:`repro.bench.records`) and writes, for each claim
+metrics.csv, verdict.json and fingerprint.json written by :mod:`repro.io`) and writes, for each claim
 that has timing or memory metrics, one markdown table and one seaborn plot under ``reports/compare/<scale>/``:
 
 - the paper's number and the hardware it was measured on (``published_value`` of the metrics rows; the hardware
@@ -15,8 +15,8 @@ that has timing or memory metrics, one markdown table and one seaborn plot under
 A machine without results for a claim shows ``missing`` (never 0); a machine that ran the claim but has no row
 for that metric/setting shows ``not measured``; a row whose value is empty (e.g. a provider skipped on CPU) shows
 ``n/a``. Which rows count as timing or memory is the row's ``kind`` in metrics.csv (time, memory, rate, ratio_time,
-ratio_memory; repro.bench.kinds); files written before that column get the one fallback of
-:func:`repro.bench.kinds.legacy_kind` when they are read.
+ratio_memory; repro.kinds); files written before that column get the one fallback of
+:func:`repro.kinds.legacy_kind` when they are read.
 
     python -m repro.report.compare --results results --scale default --out reports/compare/default [--reference ID]
 """
@@ -32,8 +32,8 @@ from pathlib import Path
 import pandas as pd
 
 from repro import registry
-from repro.bench.kinds import MEMORY_UNITS, PERF_KINDS, TIME_UNITS, unit_key as _unit_key
-from repro.bench.records import atomic_write_text, read_metrics
+from repro.kinds import MEMORY_UNITS, PERF_KINDS, TIME_UNITS, unit_key as _unit_key
+from repro.io import atomic_write_text, read_metrics
 from repro.report import runtime
 from repro.report.origin import Source, sources
 

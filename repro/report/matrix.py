@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro import registry
-from repro.bench.records import atomic_write_text
+from repro.io import atomic_write_text
 from repro.report.compare import SOFTWARE_FIELDS, software
 from repro.report.origin import RUN, Origin, Source, difference, origin_of, recorded_keys, sources
 from repro.report import headline

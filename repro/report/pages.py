@@ -21,7 +21,7 @@ import pandas as pd
 from repro import registry
 from repro.report import headline, runtime
 from repro.report.origin import RUN, origin_of
-from repro.bench.records import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
+from repro.io import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
 
 log = logging.getLogger("repro.report")
 

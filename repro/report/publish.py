@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 from repro import config, provenance, registry
-from repro.bench.records import read_verdict
+from repro.io import read_verdict
 from repro.report.origin import REFERENCE, recorded_keys
 
 SKIP_DIRS = ("_models", "_work", "_keys", "_bench")

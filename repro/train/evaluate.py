@@ -1,6 +1,6 @@
 """Command line: the translation benchmark of issue 4 -- decode the test set with the trained model and write
 BLEU results records (sacrebleu signature, full test, placeholder-free subset, copy baseline, decoding tokens/s,
-minutes trained) under ``results/<hw>/<scale>/translation/`` via repro.bench.records.
+minutes trained) under ``results/<hw>/<scale>/translation/`` via repro.io.
 
 ``python -m repro.train.evaluate --params JSON --scale S --model DIR --out RESULTS_DIR [--lm DIR]``
 
@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 
 from repro import provenance
-from repro.bench.records import check, metric, verdict_from_checks, write_results
+from repro.bench.fingerprint import fingerprint
+from repro.io import metric, write_results
+from repro.verdicts import check, verdict_from_checks
 from repro.cli import add_params_arguments, load_params, setup_logging
 from repro.train.bleu import bleu_report
 from repro.train.decode import DecodeConfig
@@ -117,6 +119,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="results folder")
     ap.add_argument("--keys", default=None, metavar="JSON",
                     help="the provenance keys the workflow computed (repro.provenance); default: computed here")
+    ap.add_argument("--hardware", default=None,
+                    help="the hardware id results are filed under (the workflow passes it; default: detected)")
     a = ap.parse_args(argv)
     setup_logging()
     params = load_params(ap, CLAIM, a.scale, a.params)
@@ -127,7 +131,7 @@ def main(argv=None) -> int:
     rows, verdict = evaluate(params, a.scale, a.model, a.out, a.lm)
     verdict = {**verdict, "runtime_s": round(time.time() - t0, 1)}
     write_results(a.out, claim=CLAIM, scale=a.scale, metrics=rows, verdict=verdict, config=params, keys=keys,
-                  inputs={"model": a.model, **({"lm": a.lm} if a.lm else {})}, started=started)
+                  fingerprint=fingerprint(a.hardware), inputs={"model": a.model, **({"lm": a.lm} if a.lm else {})}, started=started)
     log.info("translation: %s (%s)", verdict["verdict"], verdict["reason"][:300])
     return 0
 

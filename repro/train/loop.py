@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -226,7 +226,7 @@ def _set_rng_state(s: dict) -> None:
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     """``torch.save`` to a temporary file in the same folder, then rename: a crash never leaves half a file."""
-    from repro.bench.records import atomic_temp
+    from repro.io import atomic_temp
 
     path = Path(path)
     tmp = atomic_temp(path)  # umask permissions, like every results file
@@ -305,7 +305,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
 def write_curve_csv(path: str | Path, curve: list[dict], valid_curve: list[dict]) -> None:
     """One row per update (step, loss, nll, lr, grad_norm, tokens, elapsed_s) with valid_loss/valid_nll on the
     updates where validation ran."""
-    from repro.bench.records import atomic_write_text
+    from repro.io import atomic_write_text
 
     vmap = {v["step"]: v for v in valid_curve}
     cols = ["step", "epoch", "loss", "nll", "lr", "grad_norm", "tokens", "elapsed_s", "valid_loss", "valid_nll"]
@@ -326,7 +326,7 @@ def seed_everything(seed: int) -> None:
 
 def make_optimizer(params: list, opt_c: OptimConfig, device) -> torch.optim.Optimizer:
     """Adam (AdamW with weight decay), fused into one kernel over all parameters where torch has it (CPU and CUDA
-    float parameters): the same update as the per-parameter loop, 3x faster on CPU (repro.bench.throughput)."""
+    float parameters): the same update as the per-parameter loop, 3x faster on CPU (repro.peers.throughput)."""
     decay = opt_c.weight_decay
     opt_cls = torch.optim.AdamW if decay > 0 else torch.optim.Adam
     fused = torch.device(device).type in ("cpu", "cuda") and all(p.is_floating_point() for p in params)
@@ -363,7 +363,7 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
     identity = run_identity(opt_c, sch_c, run_c, ckpt_extra)
     st = None
     if ckpt_path is not None:
-        from repro.bench.records import remove_stale_temps
+        from repro.io import remove_stale_temps
 
         remove_stale_temps(ckpt_path.parent)  # half-written checkpoints of a killed run
     if ckpt_path is not None and resume and ckpt_path.exists():
@@ -555,6 +555,6 @@ def _result(stop_reason, step, epoch, elapsed, n_tokens, curve, valid_curve, res
 
 
 def write_summary(path: str | Path, result: TrainResult, **extra) -> None:
-    from repro.bench.records import atomic_write_json
+    from repro.io import atomic_write_json
 
     atomic_write_json(path, {**result.summary(), **extra})

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import torch
 
-from repro.bench.records import remove_stale_temps
+from repro.io import remove_stale_temps
 from repro.data import (Corpus, Tokenizer, encode_corpus, load_corpus, load_data_bin, read_fairseq_dictionary,
                         token_batches)
 from repro.errors import ConfigError

@@ -20,7 +20,7 @@ from pathlib import Path
 from repro.cli import add_params_arguments, load_params, setup_logging
 from repro.data import train_sentencepiece
 from repro.errors import ConfigError
-from repro.train.pipeline import load_data, require_path, resolve_tokenizer  # noqa: F401 (resolve_tokenizer: re-exported)
+from repro.train.pipeline import load_data, require_path
 
 log = logging.getLogger("repro.translation")
 

@@ -2,7 +2,7 @@
 
 Each returns a list of (PNG file name, caption) it wrote into ``out_dir``; the claim page embeds them. A plot reads
 the claim's metrics.csv (``metrics``) and, beyond it, only the files the claim declared (its ``ARTIFACTS``, recorded
-in verdict.json by ``repro.bench.records.write_results``), through ``files`` (:class:`ResultFiles`); it never opens a
+in verdict.json by ``repro.io.write_results``), through ``files`` (:class:`ResultFiles`); it never opens a
 path of the results folder itself.
 
 One visual convention for every figure (also the hardware comparison, repro/report/compare.py):
@@ -30,7 +30,7 @@ BAND_STYLE = {"color": "0.55", "alpha": 0.18, "lw": 0}
 
 class ResultFiles:
     """The declared result files of one claim's results folder: the names its verdict.json records
-    (``repro.bench.records.declared_files``), each checked against its recorded sha256 when read. Asking for an
+    (``repro.io.declared_files``), each checked against its recorded sha256 when read. Asking for an
     undeclared file raises ResultsError naming it."""
 
     def __init__(self, folder, verdict: dict):
@@ -39,18 +39,18 @@ class ResultFiles:
     @classmethod
     def of(cls, folder) -> "ResultFiles":
         """The declared files of a complete results folder (its verdict.json read)."""
-        from repro.bench.records import read_verdict
+        from repro.io import read_verdict
 
         return cls(folder, read_verdict(folder))
 
     def names(self, pattern: str = "*") -> list[str]:
         """Declared file names (relative to the results folder) matching the glob ``pattern``, sorted."""
-        from repro.bench.records import declared_files
+        from repro.io import declared_files
 
         return sorted(n for n in declared_files(self.verdict) if fnmatch.fnmatch(n, pattern))
 
     def path(self, name: str) -> Path:
-        from repro.bench.records import artifact_path
+        from repro.io import artifact_path
 
         return artifact_path(self.folder, name, self.verdict)
 

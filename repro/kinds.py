@@ -1,4 +1,4 @@
-"""What a metrics row measures: the ``kind`` column of metrics.csv (repro.bench.records.metric).
+"""What a metrics row measures: the ``kind`` column of metrics.csv (repro.io.metric).
 
 | kind | what | unit examples |
 |---|---|---|

@@ -1,7 +1,8 @@
-"""Shared statistics of the claims' verdicts: slope fits, mean and spread over seeds, confidence intervals.
+"""Shared statistics of measurements and verdicts: slope fits, mean and spread over seeds, confidence intervals.
 
-Pure functions, no I/O. ``repro.bench.records`` re-exports the interval helpers (``t_interval``,
-``sample_interval``, ``decide_interval``, ``decide_within``, ``both``) so the verdict code imports them from one place.
+Pure functions, no I/O. Measurement code uses them too (a fitted exponent is a measured row), so they live apart
+from the verdict contract (repro.verdicts, judge-side: changing it re-judges only); the decisions made from these
+intervals are repro.verdicts' (``decide_interval``, ``decide_within``, ``both``).
 """
 from __future__ import annotations
 
@@ -57,31 +58,3 @@ def sample_interval(xs) -> tuple[float, float, float, float]:
     sd = statistics.stdev(xs) if len(xs) >= 2 else math.nan
     lo, hi = t_interval(mean, sd, len(xs))
     return mean, lo, hi, sd
-
-
-# ----------------------------------------------------------------------------------------------- decisions
-def both(*decisions: bool | None) -> bool | None:
-    """Three-valued AND: False if any is False, None if any is undecided, else True."""
-    if any(d is False for d in decisions):
-        return False
-    return None if any(d is None for d in decisions) else True
-
-
-def decide_interval(lo: float, hi: float, *, above: float | None = None, below: float | None = None) -> bool | None:
-    """Decide "value > above" / "value < below" from an interval [lo, hi]: True when the whole interval is on the
-    claimed side, False when the whole interval is on the other side, None (undecided) when it straddles."""
-    if above is not None:
-        return True if lo > above else False if hi <= above else None
-    if below is not None:
-        return True if hi < below else False if lo >= below else None
-    raise ValueError("decide_interval: give above= or below=")
-
-
-def decide_within(lo: float, hi: float, target_lo: float, target_hi: float) -> bool | None:
-    """Decide "value in [target_lo, target_hi]" from an interval [lo, hi]: True when [lo, hi] lies inside the
-    target band, False when it lies wholly outside, None when it overlaps the edge (too little precision)."""
-    if target_lo <= lo and hi <= target_hi:
-        return True
-    if hi < target_lo or lo > target_hi:
-        return False
-    return None

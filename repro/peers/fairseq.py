@@ -1,6 +1,6 @@
 """Training and decoding throughput of the suite against fairseq itself (issue 18, item 3).
 
-``python -m repro.bench.fairseq_peer --fairseq-venv PATH [--scale default] [--repeats 3] [--updates 40]
+``python -m repro.peers.fairseq --fairseq-venv PATH [--scale default] [--repeats 3] [--updates 40]
 [--sentences 256] [--threads N]``
 
 fairseq is never a dependency of the suite: this benchmark runs fairseq's own command-line tools from a separate
@@ -43,9 +43,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro.bench.throughput import commit_text, side_by_side, side_by_side_rows, tokenizer_for
+from repro.peers.throughput import commit_text, side_by_side, side_by_side_rows, tokenizer_for
 
-log = logging.getLogger("repro.bench.fairseq_peer")
+log = logging.getLogger("repro.peers.fairseq")
 CLAIM = "fairseq_peer"
 # fairseq's CLIs load checkpoints with torch.load(weights_only=True); its checkpoints store argparse.Namespace
 _SAFE = "import argparse, sys, torch; torch.serialization.add_safe_globals([argparse.Namespace]); "
@@ -168,7 +168,8 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
         threads: int | None = None, out: Path | None = None, report: Path | None = None) -> dict:
     from repro import config
     from repro.bench.fingerprint import fingerprint
-    from repro.bench.records import atomic_write_json, atomic_write_text, verdict, write_results
+    from repro.io import atomic_write_json, atomic_write_text, write_results
+    from repro.verdicts import verdict
     from repro.data import batch_indices, collate
     from repro.train.decode import DecodeConfig, decode_ids
     from repro.train.fairseq_import import import_fairseq_checkpoint
@@ -190,7 +191,7 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
     torch.set_num_threads(threads)
     try:
         tr = params["training"]
-        tok_path, _ = tokenizer_for(params, scale, work)
+        tok_path, _ = tokenizer_for(params, scale, work, hw)
         tok = load_tokenizer(tok_path, params["corpus"].get("bpe_symbol"))
         corpus = load_data(params)
         enc = encode_splits(params, tok, corpus, tr["max_len"])
@@ -294,7 +295,7 @@ def _fairseq_version(venv: Path) -> str:
 
 def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
     lines = [f"# Training and decoding throughput: suite vs fairseq ({hw}, {scale})", "",
-             "`python -m repro.bench.fairseq_peer` (repro/bench/fairseq_peer.py): fairseq-train / fairseq-generate "
+             "`python -m repro.peers.fairseq` (repro/peers/fairseq.py): fairseq-train / fairseq-generate "
              f"(fairseq {summary['fairseq_version']}, from its own venv) against the suite's loop and decoders on the "
              "same token ids and model sizes; target tokens per second, median [interquartile range] over "
              f"{cfg['repeats']} alternating repeats. Ratios > 1: the suite is faster.", "",
@@ -318,7 +319,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m repro.bench.fairseq_peer", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m repro.peers.fairseq", description=__doc__.split("\n")[0])
     ap.add_argument("--fairseq-venv", type=Path, required=True, help="a venv with fairseq-fixed==0.12.3.1")
     ap.add_argument("--scale", default="default", choices=("tiny", "default", "paper"))
     ap.add_argument("--repeats", type=int, default=3, help="alternating repeats per task")

@@ -1,6 +1,6 @@
 """Training and decoding throughput of the suite's translation model against plain PyTorch (issue 18, item 3).
 
-``python -m repro.bench.throughput [--scale default] [--repeats 5] [--train-steps 2] [--sentences 256]``
+``python -m repro.peers.throughput [--scale default] [--repeats 5] [--train-steps 2] [--sentences 256]``
 
 In one process, alternating which goes first on every repeat, it times
 
@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-log = logging.getLogger("repro.bench.throughput")
+log = logging.getLogger("repro.peers.throughput")
 CLAIM = "throughput"
 
 
@@ -317,14 +317,14 @@ def padding_fraction(batches) -> dict:
             "all": (src_pad + tgt_pad) / max(src_all + tgt_all, 1), "batches": len(batches)}
 
 
-def tokenizer_for(params: dict, scale: str, work: Path) -> tuple[str, Path | None]:
+def tokenizer_for(params: dict, scale: str, work: Path, hardware: str) -> tuple[str, Path | None]:
     """(tokenizer path, trained checkpoint or None): the workflow's trained translation model and its tokenizer
     when present, else a tokenizer trained (once, cached in ``work``) like ``repro.train.prepare``."""
     from repro.artefacts import MODELS_DIR, artefact_file
-    from repro.bench.fingerprint import hardware_id
-    from repro.train.prepare import prepare, resolve_tokenizer
+    from repro.train.pipeline import resolve_tokenizer
+    from repro.train.prepare import prepare
 
-    models = Path("results") / hardware_id() / scale / MODELS_DIR
+    models = Path("results") / hardware / scale / MODELS_DIR
     ckpt, tok = artefact_file(models, "translation_model"), artefact_file(models, "tokenizer")
     if ckpt.exists() and tok.exists():
         return resolve_tokenizer(tok), ckpt
@@ -340,7 +340,7 @@ def tokenizer_for(params: dict, scale: str, work: Path) -> tuple[str, Path | Non
 def side_by_side(rows: list, claim: str, task: str, suite: list, peer: list, peer_name: str) -> dict:
     """Append the metric rows of one task's repeated rates (suite, peer, and the per-repeat suite/peer ratio: median,
     interquartile range, every value) to ``rows``; returns the summary entry of the task."""
-    from repro.bench.records import metric
+    from repro.io import metric
 
     entry = {}
     for name, xs, unit, kind in (("suite_tokens_per_s", suite, "tokens/s", "rate"),
@@ -393,7 +393,8 @@ def run(scale: str = "default", repeats: int = 5, train_steps: int = 2, sentence
 def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
     from repro import config
     from repro.bench.fingerprint import fingerprint
-    from repro.bench.records import atomic_write_json, atomic_write_text, metric, verdict, write_results
+    from repro.io import atomic_write_json, atomic_write_text, metric, write_results
+    from repro.verdicts import verdict
     from repro.data import batch_indices, collate
     from repro.train.decode import DecodeConfig, decode_ids
     from repro.train.loop import RunConfig, configs_from_params, load_checkpoint, train
@@ -409,7 +410,7 @@ def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
     torch.set_num_threads(threads)
     load_before = os.getloadavg()
     tr = params["training"]
-    tok_path, ckpt = tokenizer_for(params, scale, out / "_work")
+    tok_path, ckpt = tokenizer_for(params, scale, out / "_work", hw)
     tok = load_tokenizer(tok_path, params["corpus"].get("bpe_symbol"))
     corpus = load_data(params)
     enc = encode_splits(params, tok, corpus, tr["max_len"])["train"]
@@ -498,7 +499,7 @@ def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
 
 def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
     lines = [f"# Training and decoding throughput: suite vs torch.nn.Transformer ({hw}, {scale})", "",
-             "`python -m repro.bench.throughput` (repro/bench/throughput.py): the same model sizes, batches, loss, "
+             "`python -m repro.peers.throughput` (repro/peers/throughput.py): the same model sizes, batches, loss, "
              "optimizer and decoding rules on both sides, run alternately in one process; target tokens per "
              f"second, median [interquartile range] over {cfg['repeats']} repeats. Ratios > 1: the suite is faster.",
              "", "| task | suite tokens/s | torch.nn.Transformer tokens/s | suite / reference |", "|---|---|---|---|"]
@@ -518,7 +519,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m repro.bench.throughput", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m repro.peers.throughput", description=__doc__.split("\n")[0])
     ap.add_argument("--scale", default="default", choices=("tiny", "default", "paper"))
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per side and task (alternating order)")
     ap.add_argument("--train-steps", type=int, default=2, help="training updates per repeat")

@@ -4,7 +4,7 @@ Layout: ``results/<hardware>/<scale>/<claim>/``. Every file is written atomicall
 measured.json closes a measurement (what measured it: commit, time, repro.provenance keys, input hashes, the
 integrity record), verdict.json a judgement of it (written last, by the same job or by a re-judging one), so a
 folder with a verdict is complete. One metrics row per measured value:
-claim, metric, unit, kind (what the row measures: time, memory, ratio_time, quality, ...; repro.bench.kinds),
+claim, metric, unit, kind (what the row measures: time, memory, ratio_time, quality, ...; repro.kinds),
 value, spread, n, the sweep variables (a JSON column ``sweep`` and one column each),
 and the published value with its citation where the registry has one.
 """
@@ -15,18 +15,14 @@ import json
 import math
 import os
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from repro import registry
-from repro.bench.fingerprint import config_hash, fingerprint as make_fingerprint
-from repro.bench.stats import (both, decide_interval, decide_within, sample_interval,  # noqa: F401 (re-exported)
-                               t_interval)
-from repro.bench.kinds import resolve_kind, stored_kind
 from repro.errors import ResultsError
-# the verdict contract lives in repro.verdicts (judge side: changing it re-judges, never re-measures); re-exported
-from repro.verdicts import (VERDICTS, check, gate, gated, setup_table, verdict,  # noqa: F401
-                            verdict_from_checks)
+from repro.kinds import resolve_kind, stored_kind
+from repro.provenance import git_commit
 
 METRIC_COLUMNS = ["claim", "metric", "unit", "kind", "value", "spread", "n", "sweep", "published_key", "published_value",
                   "published_unit", "source", "hardware", "scale"]
@@ -93,7 +89,7 @@ def metric(claim: str, name: str, value, unit: str = "", *, kind: str | None = N
     """One metrics row. The sweep variables (layer=3, seed=..., norm="rmsnorm", ...) come as keywords, or in
     ``sweep`` for a variable whose name is one of this function's parameters (``sweep={"kind": "enc"}``).
 
-    ``kind`` says what the row measures (repro.bench.kinds.KINDS); it is inferred from the unit where the unit
+    ``kind`` says what the row measures (repro.kinds.KINDS); it is inferred from the unit where the unit
     says it (s -> time, MiB -> memory, tokens/s -> rate, BLEU -> quality) and must be given for a dimensionless
     unit (ratio, x, percent, fraction): ``ratio_time`` / ``ratio_memory`` for speed-ups and memory ratios, else
     ``statistic``, ``quality`` or ``count``. ``published_key`` names the registry value this row is compared with
@@ -117,7 +113,7 @@ def _finite(x):
 
 
 def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], config: Mapping,
-                      fingerprint: Mapping | None = None, artifacts: Iterable[str] = (), keys: Mapping | None = None,
+                      fingerprint: Mapping, artifacts: Iterable[str] = (), keys: Mapping | None = None,
                       context: Mapping | None = None, inputs: Mapping | None = None,
                       started: str | None = None) -> dict:
     """Write metrics.csv, config.json, fingerprint.json and (last) measured.json into ``out_dir``; returns the
@@ -129,14 +125,14 @@ def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: I
     the integrity record of every result file: metrics.csv's row count and sha256, and each of the claim's other files
     (``artifacts``: relative paths or glob patterns, e.g. ``curves/*.csv``, the claim module's ``ARTIFACTS``; a pattern
     that matches nothing raises ResultsError). The report reads only the files listed there."""
-    import pandas as pd  # lazy: keep `import repro.bench.records` light (the workflow and reports import it)
+    import pandas as pd  # lazy: pandas costs a second at import, and the Snakefile imports this module
 
     out = Path(out_dir)
     # the record marks a complete measurement: drop the old ones first, so a run killed while writing leaves
     # neither beside new metrics (and the integrity record catches any other mismatch)
     (out / "verdict.json").unlink(missing_ok=True)
     (out / "measured.json").unlink(missing_ok=True)
-    fp = dict(fingerprint or make_fingerprint())
+    fp = dict(fingerprint)
     fp["config_hash"] = config_hash(config)
     fp["scale"], fp["claim"] = scale, claim
     rows = []
@@ -171,8 +167,6 @@ def write_verdict(out_dir: str | Path, verdict: Mapping, measured: Mapping, judg
     """verdict.json: the judge's verdict on the measurement ``measured`` (measured.json's record), with the
     measurement's commit and time, its integrity record, and ``provenance``: who measured (commit, dirty, start and
     end, keys) and who judged (commit, dirty, time, judge key)."""
-    from repro.bench.fingerprint import git_commit
-
     git = git_commit()
     provenance = {"source": "run", "measured": {k: measured.get(k) for k in ("commit", "dirty", "started", "finished",
                                                                              "keys", "inputs")},
@@ -186,7 +180,7 @@ def write_verdict(out_dir: str | Path, verdict: Mapping, measured: Mapping, judg
 
 
 def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], verdict: Mapping,
-                  config: Mapping, fingerprint: Mapping | None = None, artifacts: Iterable[str] = (),
+                  config: Mapping, fingerprint: Mapping, artifacts: Iterable[str] = (),
                   keys: Mapping | None = None, inputs: Mapping | None = None, started: str | None = None) -> Path:
     """Measurement and verdict in one go (:func:`write_measurement`, then :func:`write_verdict`, last): what a claim
     run by hand, the translation benchmark and the peer benchmarks write."""
@@ -198,8 +192,6 @@ def write_results(out_dir: str | Path, *, claim: str, scale: str, metrics: Itera
 
 
 def _seconds_between(a: str | None, b: str | None) -> float | None:
-    from datetime import datetime
-
     try:
         return round((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds(), 1)
     except (TypeError, ValueError):
@@ -207,8 +199,6 @@ def _seconds_between(a: str | None, b: str | None) -> float | None:
 
 
 def _now() -> str:
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -247,8 +237,6 @@ def _integrity(data: bytes, rows: int) -> dict:
 def declare_artifacts(out_dir: str | Path, patterns: Iterable[str]) -> dict:
     """verdict.json ``integrity`` entries (relative path -> bytes, sha256) of the files in ``out_dir`` matching
     ``patterns``; a pattern matching no file raises ResultsError naming it."""
-    import hashlib
-
     out = Path(out_dir)
     entries = {}
     for pattern in patterns:
@@ -273,8 +261,6 @@ def artifact_path(folder: str | Path, name: str, verdict: Mapping | None = None)
     """The path of the declared result file ``name`` of a claim's results ``folder``, checked against the sha256
     its verdict.json records. A file the claim did not declare, a missing or a changed one raises ResultsError
     naming it: the report reads declared files only."""
-    import hashlib
-
     folder = Path(folder)
     verdict = read_verdict(folder) if verdict is None else verdict
     rec = (verdict.get("integrity") or {}).get(name)
@@ -375,7 +361,7 @@ def read_metrics(path: str | Path, verify: bool = True):
     """Load a metrics.csv (or a folder holding one) with the sweep column parsed back into dicts. With ``verify``
     the file is first checked against its verdict.json integrity record. Damage raises ResultsError naming the
     file."""
-    import pandas as pd  # lazy: keep `import repro.bench.records` light (the workflow and reports import it)
+    import pandas as pd  # lazy: pandas costs a second at import, and the Snakefile imports this module
 
     path = Path(path)
     csv_path = path / "metrics.csv" if path.is_dir() else path
@@ -403,3 +389,7 @@ def read_metrics(path: str | Path, verify: bool = True):
     unit = frame["unit"] if "unit" in frame else [""] * len(frame)
     frame["kind"] = [stored_kind(m, u, k) for m, u, k in zip(frame["metric"], unit, kinds)]
     return frame
+
+
+def config_hash(config) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
