@@ -1,4 +1,4 @@
-"""The shared trained artefacts, and the one place claims resolve and load them (issue 14).
+"""The shared trained artefacts, and the one place claims resolve and load them.
 
 workflows/translation.smk builds them from config/claims/translation.yaml under
 ``<results>/<hardware>/<scale>/_models/``:
@@ -99,7 +99,7 @@ def translation_params(params: dict, scale: str) -> dict:
 def load_trained_model(path: str | Path, device="cpu", tokenizer_path: str | Path | None = None):
     """A ``repro.train.pipeline.Trained`` (model in eval mode, tokenizer, kind, its training params) from a folder
     or checkpoint written by the suite's training or by the fairseq import."""
-    from repro.train.pipeline import load_trained
+    from repro.train.pipeline import load_trained  # lazy: torch (not at DAG build)
 
     p = checkpoint_file(path)
     if not p.is_file():
@@ -114,7 +114,7 @@ def import_fairseq(checkpoint: str | Path, tparams: dict, dest: str | Path, clai
                    key: str = "fairseq_checkpoint") -> Path:
     """Import a fairseq checkpoint (0.12 layout) with the data-bin named in ``tparams["corpus"]`` into ``dest``
     once (kept for a rerun); returns the folder, loadable with :func:`load_trained_model`."""
-    from repro.train.fairseq_import import import_to_checkpoint
+    from repro.train.fairseq_import import import_to_checkpoint  # lazy: torch (not at DAG build)
 
     ck = Path(checkpoint)
     if not ck.exists():
@@ -145,9 +145,10 @@ def hf_folder(params: dict, claim: str, key: str = "hf_model", text_key: str | N
 
 def load_hf_model(path: str | Path, device="cpu", dtype=None):
     """A ``Trained`` (kind ``lm``) for a Hugging Face folder: the suite's model with the folder's weights
-    (repro.model.hf_import.load_pretrained) and its tokenizer; ``meta`` names the family, kind (decoder_lm, encoder...) and parameter count."""
-    from repro.model.hf_import import load_pretrained, load_tokenizer
-    from repro.train.pipeline import Trained
+    (repro.model.hf_import.load_pretrained) and its tokenizer; ``meta`` names the family, kind (decoder_lm,
+    encoder...) and parameter count."""
+    from repro.model.hf_import import load_pretrained, load_tokenizer  # lazy: torch (not at DAG build)
+    from repro.train.pipeline import Trained  # lazy: torch (not at DAG build)
 
     kwargs = {"device": device, **({"dtype": dtype} if dtype is not None else {})}
     model, info = load_pretrained(path, **kwargs)
@@ -159,7 +160,7 @@ def load_hf_model(path: str | Path, device="cpu", dtype=None):
 
 def tokenizer_file(path: str | Path, claim: str, key: str = "tokenizer_path") -> str:
     """The tokenizer a ``tokenizer.json`` (the artefact) names, or a .model / dict file given directly."""
-    from repro.train.pipeline import resolve_tokenizer
+    from repro.train.pipeline import resolve_tokenizer  # lazy: torch (not at DAG build)
 
     if not Path(path).exists():
         raise ArtefactError(f"{claim}.{key}: {path} does not exist")

@@ -1,4 +1,4 @@
-"""Progress lines for job logs (issue 15, item 9).
+"""Progress lines for job logs.
 
 Under Snakemake a rule's output goes through ``tee`` into ``logs/<hw>/<scale>/<rule>.log``, where no terminal
 progress bar shows.  ``Progress`` writes one log line per meaningful unit of work (a training window, one

@@ -3,20 +3,21 @@ one claim rule's inputs, threads and resources (from each claim's ``workflow`` s
 pure function of the config). Kept out of the .smk files so those hold rules only."""
 from __future__ import annotations
 
+import ast
 import copy
 import json
-import os
 import sys
 from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
 
 from repro import artefacts, provenance, registry
 from repro.bench.fingerprint import hardware_id, slug
 from repro.config import ConfigError, load_run_config, needed, section, workflow_spec
+from repro.io import ResultsError, check_results
 
 def _defines(module_file: Path, name: str) -> bool:
     """Whether a module's source defines the top-level function ``name`` (read, not imported: no torch here)."""
-    import ast
-
     try:
         tree = ast.parse(module_file.read_text())
     except (OSError, SyntaxError):
@@ -26,23 +27,19 @@ def _defines(module_file: Path, name: str) -> bool:
 
 class Run:
     def __init__(self, config: dict, basedir: str | Path, main_process: bool = True):
-        from snakemake.exceptions import WorkflowError
-
-        self._error = WorkflowError
         try:
             self.cfg = load_run_config(config)
         except ConfigError as exc:
             raise WorkflowError(f"invalid configuration: {exc}") from None
         self.py = sys.executable
         self.scale = self.cfg["scale"]
-        # the hardware id is decided here, once, and passed to every job (--hardware, REPRO_HARDWARE_ID), so the
+        # the hardware id is decided here, once, and passed to every job that records it (--hardware), so the
         # folder a result is filed under and the id inside its files are the same string
         given = self.cfg["hardware"]
         if given != "auto" and slug(given) != given:
             raise WorkflowError(f"invalid configuration: hardware: {given!r} is not a hardware id (lower-case letters, "
                                 f"digits and '-'); use {slug(given)!r}")
         self.hw = hardware_id() if given == "auto" else given
-        os.environ["REPRO_HARDWARE_ID"] = self.hw  # jobs inherit it (the translation rules read it from there)
         self.res = f"{self.cfg['results_dir']}/{self.hw}/{self.scale}"
         self.rep = f"{self.cfg['reports_dir']}/{self.hw}/{self.scale}"
         self.logs = f"logs/{self.hw}/{self.scale}"
@@ -57,13 +54,11 @@ class Run:
             self.write_stamps()
 
     def check_results(self) -> None:
-        """Before the DAG is built (issue 15): a page whose results are gone (an interrupted --forcerun, where
+        """Before the DAG is built: a page whose results are gone (an interrupted --forcerun, where
         Snakemake removed the results but not the page downstream of them) is stale and is removed, so the claim
         reruns instead of "Nothing to be done"; damaged results (unreadable verdict.json, a metrics.csv that
         does not match its integrity record) stop the run here, naming the file, before any job removes the
         page built from them."""
-        from repro.io import ResultsError, check_results
-
         for claim in self.cfg["claims"]:
             if claim not in self.claims_with_workflow:
                 continue
@@ -77,7 +72,7 @@ class Run:
             try:
                 check_results(res)  # verdict readable, metrics.csv matching its integrity record
             except ResultsError as exc:
-                raise self._error(f"damaged results: {exc}. The page {page} is kept; move {res} aside to rerun "
+                raise WorkflowError(f"damaged results: {exc}. The page {page} is kept; move {res} aside to rerun "
                                   f"{claim}.") from None
 
     # ---- freshness by content (repro.provenance): the stamp files the measuring and judging jobs take as input
@@ -136,7 +131,7 @@ class Run:
             try:
                 self._sections[name] = section(name, self.scale, self.cfg["overrides"])
             except ConfigError as exc:
-                raise self._error(f"invalid configuration: {exc}") from None
+                raise WorkflowError(f"invalid configuration: {exc}") from None
         return copy.deepcopy(self._sections[name])
 
     def spec(self, claim: str) -> dict:
@@ -146,7 +141,7 @@ class Run:
             try:
                 self._specs[claim] = workflow_spec(claim, self.scale)
             except ConfigError as exc:
-                raise self._error(f"invalid configuration: {exc}") from None
+                raise WorkflowError(f"invalid configuration: {exc}") from None
         return self._specs[claim]
 
     def params(self, name: str) -> str:
@@ -185,7 +180,7 @@ class Run:
         if n <= 1:
             return []
         if not _defines(self.basedir / "repro" / "claims" / f"{claim}.py", "run_part"):
-            raise self._error(f"invalid configuration: config/claims/{claim}.yaml [workflow]: parts: {n}, but "
+            raise WorkflowError(f"invalid configuration: config/claims/{claim}.yaml [workflow]: parts: {n}, but "
                               f"repro/claims/{claim}.py has no run_part (set parts to 1)")
         return [f"{i}-of-{n}" for i in range(n)]
 
@@ -200,13 +195,12 @@ class Run:
         """The measuring job's outputs (rule ``claim``): the rows and the record of what measured them."""
         return {"metrics": f"{self.res}/{claim}/metrics.csv", "measured": f"{self.res}/{claim}/measured.json"}
 
-    def shell(self, part: bool = False) -> str:
-        """The command of the measuring rule (``--measure-only``; with ``part``, of one part job: ``--part
-        <i>-of-<n>``); progress goes to the terminal and to the rule's log."""
+    def shell(self) -> str:
+        """The command of the measuring rules: ``{params.mode}`` is ``--measure-only`` (rule ``claim``) or ``--part
+        <i>-of-<n>`` (rule ``claim_part``, which reuses claim's body); progress goes to the terminal and the log."""
         return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --params {{params.cfg:q}} "
                 f"{{params.inputs}} --out {self.res}/{{wildcards.claim}} --threads {{threads}} --hardware {self.hw} "
-                "--keys {params.prov:q} " + ("--part {wildcards.part} " if part else "--measure-only ")
-                + "2>&1 | tee {log}")
+                "--keys {params.prov:q} {params.mode} 2>&1 | tee {log}")
 
     def judge_shell(self) -> str:
         """The command of the judging rule: the current judge on the stored measurement."""
@@ -253,7 +247,7 @@ class Run:
 
     def matrix_inputs(self) -> list[str]:
         """This run's pages (the matrix links them) and verdicts, plus every other complete results folder found."""
-        from repro.report.matrix import rule_inputs
+        from repro.report.matrix import rule_inputs  # lazy: pandas (half a second) for the matrix rule only
 
         own = [self.outputs(c)["verdict"] for c in self.cfg["claims"] if c in self.claims_with_workflow]
         return sorted(set(self.pages()) | set(rule_inputs(self.cfg["results_dir"], self.hw, self.scale, own,

@@ -6,7 +6,7 @@
 #
 # Each claim runs exactly as its Snakemake rule would at scale=paper (python -m repro.claims.<id> --scale paper,
 # parameters from config/claims/<id>.yaml), writing results/<hardware-id>/paper/<id>/ (metrics.csv, verdict.json,
-# fingerprint.json, config.json; the hardware id is derived from the GPU, or REPRO_HARDWARE_ID), then its page
+# fingerprint.json, config.json; the hardware id is derived from the GPU), then its page
 # under reports/<hardware-id>/paper/. A claim that times out writes nothing (results are written at the end), and
 # the next one still runs. Needs torch + triton + pandas + seaborn; no snakemake. Back on a machine with the suite
 # installed, `snakemake compare_hardware --config scale=paper` puts these results beside the paper and every other

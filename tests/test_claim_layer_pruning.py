@@ -11,6 +11,7 @@ from repro import config
 from repro.io import metric
 from repro.claims import layer_pruning as lp
 from repro.bench.fingerprint import fingerprint
+from repro.verdicts import Rows
 
 C = lp.CLAIM
 
@@ -99,7 +100,7 @@ def test_tiny_run(tiny_models):
     params = config.section(C, "tiny")
     rows, verdict = lp.run(params, "tiny", out)
     assert verdict["verdict"] == "not_applicable"
-    by = lambda m, **kw: lp._sel(rows, m, **kw)  # noqa: E731
+    by = lambda m, **kw: Rows(rows).metric(m).where(**kw)  # noqa: E731
     assert [int(r["value"]) for r in by("n_layers")] == [3, 2, 3]
     for s, L in (("encoder", 3), ("decoder", 2), ("lm", 3)):
         bi = by("block_influence", stack=s)
@@ -271,9 +272,9 @@ def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
     out.mkdir()
     rows, verdict = lp.run(params, "paper", out)
     assert (out / "imported_model" / "checkpoint_last.pt").exists()
-    assert [int(r["value"]) for r in lp._sel(rows, "n_layers")] == [3, 2]
-    assert len(lp._sel(rows, "bleu", stack="encoder", healed=False)) == 1 + 4 * 3
-    assert len(lp._sel(rows, "valid_nll", stack="encoder", healed=True)) == 1
+    assert [int(r["value"]) for r in Rows(rows).metric("n_layers")] == [3, 2]
+    assert len(Rows(rows).metric("bleu").where(stack="encoder", healed=False)) == 1 + 4 * 3
+    assert len(Rows(rows).metric("valid_nll").where(stack="encoder", healed=True)) == 1
     assert verdict["verdict"] in ("reproduced", "partially", "not_reproduced", "inconclusive")
 
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # the 3+2-layer translation model and 3-layer LM of the layer_pruning tests (tests/ is on sys.path under pytest)
 from test_claim_layer_pruning import tiny_models  # noqa: E402,F401
+from repro.verdicts import Rows
 
 
 def test_tiny_run(tiny_models):
@@ -31,21 +32,21 @@ def test_tiny_run(tiny_models):
     assert verdict["verdict"] == "not_applicable"
     meths = qz.methods(params)
     for m in ("lm", "translation"):
-        ppl = qz._sel(rows, "valid_ppl", model=m)
+        ppl = Rows(rows).metric("valid_ppl").where(model=m)
         assert len(ppl) == len(meths) and all(r["value"] > 1 for r in ppl)
-        assert len(qz._sel(rows, "bleu", model=m)) == (len(meths) if m == "translation" else 0)
+        assert len(Rows(rows).metric("bleu").where(model=m)) == (len(meths) if m == "translation" else 0)
         by = {(r["sweep"]["method"], r["sweep"].get("calibration_seed")): r["value"]
-              for r in qz._sel(rows, "weight_bytes_vs_fp16", model=m)}
+              for r in Rows(rows).metric("weight_bytes_vs_fp16").where(model=m)}
         assert by[("fp32", None)] == 2.0 and 0.5 < by[("llm_int8", None)] <= 0.5 + 2 / 32  # + fp32 scale per row
         assert by[("rtn_w4", None)] < 0.3 and by[("rtn_w3", None)] < by[("rtn_w4", None)]
-        v8 = qz._sel(rows, "values_8bit_pct", model=m, method="llm_int8")
+        v8 = Rows(rows).metric("values_8bit_pct").where(model=m, method="llm_int8")
         assert len(v8) == 1 and 0 <= v8[0]["value"] <= 100
         n_lin = 6 * 3 if m == "lm" else 6 * 3 + 10 * 2  # encoder 3 blocks x 6, decoder 2 blocks x 10 (cross-attention)
         for split in ("calibration", "held_out"):  # GPTQ's own inputs, and validation sentences it never saw
-            errs = qz._sel(rows, "layer_rel_error", model=m, method="gptq_w3", quantizer="gptq", split=split)
+            errs = Rows(rows).metric("layer_rel_error").where(model=m, method="gptq_w3", quantizer="gptq", split=split)
             assert len(errs) == n_lin * len(params["calibration"]["seeds"])
             assert all(math.isfinite(r["value"]) and r["value"] >= 0 and r["sweep"]["tokens"] > 0 for r in errs)
-        assert len(qz._sel(rows, "outlier_max_abs", model=m)) == (3 if m == "lm" else 5)
+        assert len(Rows(rows).metric("outlier_max_abs").where(model=m)) == (3 if m == "lm" else 5)
     assert json.loads((out / "outliers.json").read_text()).keys() == {"lm", "translation"}
     heads = [c for c in verdict["checks"] if c["headline"]]
     assert {c["name"].split(":")[1].strip()[:8] for c in heads} == {"LLM.int8", "GPTQ's p"}

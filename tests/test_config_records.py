@@ -102,7 +102,6 @@ def test_setup_table_from_registry():
 
 
 def test_hardware_id(monkeypatch):
-    monkeypatch.delenv("REPRO_HARDWARE_ID", raising=False)
     assert hardware_id({"name": "NVIDIA H200", "count": 1}) == "gpu-nvidia-h200"
     assert hardware_id({"name": "NVIDIA H100 80GB HBM3", "count": 8}) == "gpu-nvidia-h100-80gb-hbm3x8"
     assert slug("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz") == "intel-xeon-platinum-8481c"

@@ -13,6 +13,7 @@ import torch
 
 from repro.train.decode import beam_search, greedy_decode
 from repro.train.fairseq_import import import_fairseq_checkpoint
+from repro.verdicts import Rows
 
 torch.set_num_threads(1)
 FIXTURE = Path(__file__).parent / "fixtures" / "fairseq"
@@ -131,7 +132,7 @@ def test_layer_pruning_paper_path_on_the_real_fairseq_checkpoint(tmp_path):
     out = tmp_path / "layer_pruning"
     out.mkdir()
     rows, _ = lp.run(params, "paper", out)
-    [base] = lp._sel(rows, "bleu", stack="decoder", rule="none", healed=False)
+    [base] = Rows(rows).metric("bleu").where(stack="decoder", rule="none", healed=False)
     td = read_fairseq_dictionary(d / "dict.en.txt")
     hyps = [td.string(s["nbest"][0]["tokens"]) for s in sents]
     want = BLEU().corpus_score(hyps, [[td.string(s["tgt"]) for s in sents]]).score

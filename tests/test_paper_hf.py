@@ -25,6 +25,7 @@ from repro import config  # noqa: E402
 from repro.claims import layer_pruning as lp  # noqa: E402
 from repro.claims import param_accounting as pa  # noqa: E402
 from repro.claims import quantization as qz  # noqa: E402
+from repro.verdicts import Rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,17 +79,17 @@ def test_layer_pruning_paper_section_on_a_llama_folder(tmp_path):
     out = tmp_path / "layer_pruning"
     out.mkdir()
     rows, verdict = lp.run(params, "paper", out)
-    assert [int(r["value"]) for r in lp._sel(rows, "n_layers")] == [4]
-    assert len(lp._sel(rows, "block_influence", stack="lm")) == 4
-    assert len(lp._sel(rows, "angular_distance", stack="lm")) == 4 + 3 + 2 + 1
+    assert [int(r["value"]) for r in Rows(rows).metric("n_layers")] == [4]
+    assert len(Rows(rows).metric("block_influence").where(stack="lm")) == 4
+    assert len(Rows(rows).metric("angular_distance").where(stack="lm")) == 4 + 3 + 2 + 1
     # unpruned + 4 rules x 4 counts unhealed, then the healing control and the healed angular cut
-    assert len(lp._sel(rows, "valid_ppl", stack="lm", healed=False)) == 1 + 4 * 4
-    assert len(lp._sel(rows, "valid_ppl", stack="lm", healed=True)) == 2
-    [n_params] = lp._sel(rows, "model_parameters")
+    assert len(Rows(rows).metric("valid_ppl").where(stack="lm", healed=False)) == 1 + 4 * 4
+    assert len(Rows(rows).metric("valid_ppl").where(stack="lm", healed=True)) == 2
+    [n_params] = Rows(rows).metric("model_parameters")
     assert n_params["value"] == sum(p.numel() for p in
                                     transformers.LlamaForCausalLM.from_pretrained(folder).parameters())
     # the unpruned model's perplexity is computed on the text: a random model is near-uniform over 160 pieces
-    base = lp._sel(rows, "valid_ppl", stack="lm", rule="none", healed=False)[0]["value"]
+    base = Rows(rows).metric("valid_ppl").where(stack="lm", rule="none", healed=False)[0]["value"]
     assert 60 < base < 400
     profiles = json.loads((out / "profiles.json").read_text())
     assert profiles["lm"]["n_layers"] == 4 and len(profiles["lm"]["block_influence"]) == 4
@@ -205,24 +206,24 @@ def test_quantization_paper_path_on_a_hf_folder(tmp_path, family):
     name = folder.name
     meths = qz.methods(params)
     ppl = {(r["sweep"]["method"], r["sweep"].get("calibration_seed")): r["value"]
-           for r in qz._sel(rows, "valid_ppl", model=name)}
+           for r in Rows(rows).metric("valid_ppl").where(model=name)}
     assert len(ppl) == len(meths)
     # the fp32 perplexity is the imported model's on the text: transformers' loss on the same windows agrees
     model, tok, _ = qz.load_hf(folder, "cpu")
     data = qz.text_data(tok, params, model.cfg.max_seq_len)
     assert ppl[("fp32", None)] == pytest.approx(_hf_reference_ppl(folder, data), rel=1e-4)
-    [txt] = qz._sel(rows, "text_tokens", model=name)
-    assert txt["value"] == qz._sel(rows, "valid_ppl", model=name, method="fp32")[0]["n"]
+    [txt] = Rows(rows).metric("text_tokens").where(model=name)
+    assert txt["value"] == Rows(rows).metric("valid_ppl").where(model=name, method="fp32")[0]["n"]
     assert txt["sweep"]["seq_len"] == model.cfg.max_seq_len and txt["sweep"]["windows"] >= 2
     # the block linears only (q/k/v/o and the MLP), never the embeddings or lm_head
     n_lin = {"llama": 7, "opt": 6}[family] * model.cfg.n_decoder_layers
     for split in ("calibration", "held_out"):  # its own calibration segments, and scored windows it never saw
-        assert len(qz._sel(rows, "layer_rel_error", model=name, method="gptq_w4", quantizer="gptq",
+        assert len(Rows(rows).metric("layer_rel_error").where(model=name, method="gptq_w4", quantizer="gptq",
                            calibration_seed=0, split=split)) == n_lin
-    by = {(r["sweep"]["method"]): r["value"] for r in qz._sel(rows, "weight_bytes_vs_fp16", model=name)}
+    by = {(r["sweep"]["method"]): r["value"] for r in Rows(rows).metric("weight_bytes_vs_fp16").where(model=name)}
     assert by["fp32"] == 2.0 and 0.5 < by["llm_int8"] < 0.6 and by["rtn_w3"] < by["rtn_w4"] < 0.3
-    assert len(qz._sel(rows, "outlier_max_abs", model=name)) == model.cfg.n_decoder_layers
-    [uni] = qz._sel(rows, "unigram_ppl", model=name)  # exp(entropy) of the scored tokens' own unigram distribution
+    assert len(Rows(rows).metric("outlier_max_abs").where(model=name)) == model.cfg.n_decoder_layers
+    [uni] = Rows(rows).metric("unigram_ppl").where(model=name)  # exp(entropy) of the scored tokens' own unigram distribution
     counts = torch.bincount(torch.cat([torch.as_tensor(data["ids"][f:e]) for _, e, f in data["windows"]])).double()
     p = counts[counts > 0] / counts.sum()
     assert uni["value"] == pytest.approx(float(torch.exp(-(p * p.log()).sum())))

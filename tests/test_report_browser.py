@@ -1,6 +1,6 @@
 """The Snakemake HTML report, opened in a real browser (headless Chromium driven by Selenium).
 
-``snakemake --report`` is built from the committed results (what a fresh checkout holds, in a scratch working
+``snakemake -s workflows/report.smk --report`` is built from the committed results (what a fresh checkout holds, in a scratch working
 directory), then: the landing page shows the verdict matrix with every claim's verdict visible; clicking each
 verdict opens the claim's page inline, whose verdict heading is visible and whose every image loaded
 (naturalWidth > 0); every figure item of the report loads. Screenshots are saved under ``test-artifacts/``
@@ -68,7 +68,7 @@ def test_report_in_headless_chromium(tmp_path):
                 for hw, scale, claim, _ in claim_pages}
     report = tmp_path / "report.html"
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "workflows" / "report.smk"), "--directory", str(tmp_path),
                         "--config", f"results_dir={tmp_path / 'results'}", f"reports_dir={tmp_path / 'reports'}",
                         f"references_dir={ROOT / 'references'}", "--report", str(report)],
                        capture_output=True, text=True, timeout=600)

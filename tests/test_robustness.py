@@ -353,7 +353,8 @@ def test_readme_snakemake_examples_dry_run(tmp_path):
     cmds = _readme_snakemake_commands()
     assert len(cmds) >= 8 and any("overrides=" in " ".join(c) for c in cmds)
     for args in cmds:
-        if "--report" in args:  # needs a finished run; the tiny end-to-end test builds one
+        if "--report" in args:  # builds the report (seconds to minutes): tests/test_report_browser.py runs it
+            assert args[:2] == ["-s", "workflows/report.smk"], args  # the report view is its own workflow
             continue
         r = smk(*args, "-n", "--directory", str(tmp_path), cwd=ROOT, timeout=300)  # profiles/ is relative
         assert r.returncode == 0, f"README: snakemake {' '.join(args)}\n" + r.stdout[-2000:] + r.stderr[-2000:]

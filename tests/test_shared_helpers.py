@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from repro import errors
-from repro import io as records, stats
+from repro import stats
 from repro.bench import kernels
 from repro.model import BlockConfig, EncoderDecoder, ModelConfig
 from repro.model.attention import attention_core, math_attention

@@ -160,7 +160,8 @@ def test_tiny_end_to_end(tmp_path):
         page = (tmp_path / f"reports/test-hw/tiny/{claim}.md").read_text()
         assert "Verdict" in page and "Measured beside published" in page
         assert list((tmp_path / f"reports/test-hw/tiny/{claim}").glob("*.png"))
-    r = smk("--directory", str(tmp_path), "--config", *cfg, "--report", str(tmp_path / "report.zip"))
+    r = smk("-s", str(ROOT / "workflows" / "report.smk"), "--directory", str(tmp_path), "--config", *cfg,
+            "--report", str(tmp_path / "report.zip"))
     assert r.returncode == 0 and (tmp_path / "report.zip").stat().st_size > 10_000, r.stdout[-3000:] + r.stderr[-3000:]
     # rerun exactly one claim: only its experiment and page are redone
     before = (res / "block_numerics/verdict.json").stat().st_mtime_ns

@@ -37,6 +37,7 @@ rule claim:
         cfg=lambda wildcards: W.params(wildcards.claim),
         inputs=lambda wildcards, input: W.input_args(wildcards.claim, input),
         prov=lambda wildcards: W.measure_keys(wildcards.claim),
+        mode="--measure-only",
     log:
         f"{W.logs}/{{claim}}.log",
     benchmark:
@@ -80,11 +81,12 @@ rule claim_verdict:
         W.judge_shell()
 
 
-rule claim_part:
-    """One part of a claim whose training runs are split into jobs (config/claims/<id>.yaml: workflow.parts):
-    ``python -m repro.claims.<id> --part <i>-of-<n>`` trains its share of the runs (the finished ones kept on a rerun with
-    the same parameters and code) and writes parts/<i>-of-<n>.done; the claim job judges once every part is done.
-    Small runs of one thread each fill whatever cores the other jobs leave free."""
+# One part of a claim whose training runs are split into jobs (config/claims/<id>.yaml: workflow.parts): the claim
+# rule's body with ``--part <i>-of-<n>`` instead of ``--measure-only``: it trains its share of the runs (the finished
+# ones kept on a rerun with the same parameters and code) and writes parts/<i>-of-<n>.done; the claim job measures
+# the rest and writes the rows once every part is done. Small runs of one thread each fill whatever cores the other
+# jobs leave free.
+use rule claim as claim_part with:
     input:
         unpack(lambda wildcards: W.claim_inputs(wildcards.claim, parts=False)),
     output:
@@ -93,20 +95,11 @@ rule claim_part:
         cfg=lambda wildcards: W.params(wildcards.claim),
         inputs=lambda wildcards, input: W.input_args(wildcards.claim, input),
         prov=lambda wildcards: W.measure_keys(wildcards.claim),
+        mode=lambda wildcards: f"--part {wildcards.part}",
     log:
         f"{W.logs}/{{claim}}.part{{part}}.log",
     benchmark:
         W.bench("{claim}.part{part}")
-    conda:
-        "../environment.yml"
-    priority: lambda wildcards: W.spec(wildcards.claim)["priority"]
-    threads: lambda wildcards: W.spec(wildcards.claim)["threads"]
-    resources:
-        runtime=lambda wildcards: W.spec(wildcards.claim)["resources"]["runtime"],
-        mem_mb=lambda wildcards: W.spec(wildcards.claim)["resources"]["mem_mb"],
-        gpu=lambda wildcards: W.spec(wildcards.claim)["resources"]["gpu"],
-    shell:
-        W.shell(part=True)
 
 
 # `snakemake claim_<id>`: one claim and its page
@@ -120,7 +113,7 @@ for _claim in W.claims_with_workflow:
 
 
 rule claim_report:
-    """A claim's page, markdown and self-contained HTML (what `snakemake --report` shows): verdict, checks, gates,
+    """A claim's page, markdown and self-contained HTML (what `snakemake -s workflows/report.smk --report` shows): verdict, checks, gates,
     setup beside the paper, measured beside published, figures with captions (from results files only)."""
     input:
         verdict=f"{W.res}/{{claim}}/verdict.json",

@@ -56,7 +56,7 @@ def _version(pkg: str) -> str | None:
 
 def accelerator() -> dict | None:
     try:
-        import torch
+        import torch  # lazy: the workflow imports this module while Snakemake builds the DAG, without torch
     except ImportError:  # pragma: no cover
         return None
     if not torch.cuda.is_available():

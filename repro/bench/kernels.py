@@ -8,7 +8,7 @@ Results, not tests: nothing here asserts a speed.
 Sweeps are data (`NormSweep`, `AttentionSweep`, built from plain dicts by `norm_sweep` /
 `attention_sweep`, which reject unknown keys by name); `run_norm_sweep` / `run_attention_sweep`
 return long-format rows (one per measurement); `norm_bytes` / `attention_flops` are the explicit
-byte and FLOP models the GB/s and TFLOP/s columns come from; `target_rows` derives the issue's GPU
+byte and FLOP models the GB/s and TFLOP/s columns come from; `target_rows` derives the kernels' GPU
 targets (fraction of copy bandwidth, ratios vs eager / torch.compile / SDPA).
 
 Timing: providers of one case are interleaved round by round in one process (`repro.bench.timing`);
@@ -126,7 +126,7 @@ def attention_sweep(cfg=None) -> AttentionSweep:
 
 
 def preset(device: str, quick: bool) -> tuple[NormSweep, AttentionSweep]:
-    """The sweeps the CLI runs: small on CPU, the issue's target sizes on GPU (~4 min on an H100)."""
+    """The sweeps the CLI runs: small on CPU, the targets' sizes on GPU (~4 min on an H100)."""
     if device == "cuda":
         if quick:
             return (NormSweep(hidden=(4096, 8192), rows=16384, dtypes=("bfloat16",), reps=30, device=device),
@@ -196,6 +196,12 @@ def _eager_ln(x, w, b, eps):
 _COMPILED: dict = {}
 
 
+def _triton_kernels():
+    """The suite's Triton kernels (repro.kernels), imported on first use."""
+    import repro.kernels  # lazy: imports triton (seconds), and tests set the interpreter up first
+    return repro.kernels
+
+
 def _norm_fn(op: str, provider: str) -> Callable:
     if provider == "torch":
         if op == "rmsnorm":
@@ -208,10 +214,10 @@ def _norm_fn(op: str, provider: str) -> Callable:
             _COMPILED[op] = torch.compile(_eager_rms if op == "rmsnorm" else _eager_ln)
         return _COMPILED[op]
     if provider == "triton":
-        from repro.kernels import layer_norm, rms_norm  # lazy: triton (tests set the interpreter up first)
+        K = _triton_kernels()
         if op == "rmsnorm":
-            return lambda x, w, b, eps: rms_norm(x, w, eps)
-        return lambda x, w, b, eps: layer_norm(x, w, b, eps)
+            return lambda x, w, b, eps: K.rms_norm(x, w, eps)
+        return lambda x, w, b, eps: K.layer_norm(x, w, b, eps)
     raise ValueError(f"unknown norm provider {provider!r}")
 
 
@@ -232,8 +238,8 @@ def _attn_fn(provider: str, causal: bool, window: int | None = None, band=None) 
                 return F.scaled_dot_product_attention(q, k, v, **kw)
         return run
     if provider == "triton":
-        from repro.kernels import flash_attention  # lazy: triton
-        return lambda q, k, v: flash_attention(q, k, v, causal=causal, window=window)
+        K = _triton_kernels()
+        return lambda q, k, v: K.flash_attention(q, k, v, causal=causal, window=window)
     raise ValueError(f"unknown attention provider {provider!r}")
 
 
@@ -243,9 +249,9 @@ def _skip_reason(provider: str, device: torch.device, window: int | None = None)
     if provider == "triton":
         if device.type != "cuda":
             return INTERPRETER_REASON
-        from repro.kernels import triton_available, unavailable_reason  # lazy: triton
-        if not triton_available():
-            return unavailable_reason()
+        K = _triton_kernels()
+        if not K.triton_available():
+            return K.unavailable_reason()
     if provider in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient") and device.type != "cuda":
         return f"{provider} is a CUDA backend"
     return None
@@ -460,7 +466,7 @@ def _derived(metric: str, value, target: str, met, **keys) -> dict:
 
 
 def target_rows(rows: list[dict]) -> list[dict]:
-    """The issue's GPU targets as derived rows (recorded whether met or not).
+    """The kernels' GPU targets as derived rows (recorded whether met or not).
 
     Norms, fwd_bwd, hidden 4096..8192: triton GB/s >= 0.85 x measured copy GB/s, >= 2x faster than
     torch eager, not slower than torch.compile. Attention, seq 4096, head_dim 128, bf16: triton fwd
@@ -556,13 +562,12 @@ def main(argv=None) -> int:
     out = Path(args.out)
     fp = fingerprint()
     try:
-        import triton
+        import triton  # lazy: optional here (the CPU sweeps run without it)
         fp["software"]["triton"] = triton.__version__
     except ImportError:
         pass
-    from repro.kernels import interpreter_enabled  # lazy: triton
-    fp["kernels"] = {"device": device.type, "triton_interpreter": interpreter_enabled(), "quick": args.quick,
-                     "torch_threads": torch.get_num_threads()}
+    fp["kernels"] = {"device": device.type, "triton_interpreter": _triton_kernels().interpreter_enabled(),
+                     "quick": args.quick, "torch_threads": torch.get_num_threads()}
     norm_cfg, attn_cfg = preset(device.type, args.quick)
     fp["kernels"]["sweeps"] = {"norms": dataclasses.asdict(norm_cfg), "attention": dataclasses.asdict(attn_cfg)}
     atomic_write_json(out / "fingerprint.json", fp)

@@ -86,13 +86,44 @@ def parameters_help(claim: str) -> str:
 
 
 def main(claim: str, run: Callable, argv=None) -> int:
+    """The command line of claim ``claim`` (its module's ``run`` measures and judges; ``run_part`` trains a part)."""
+    module = sys.modules.get(run.__module__)
+    parser = _parser(claim, run, module)
+    args = parser.parse_args(argv)
+    setup_logging()
+    started = now()
+    keys = json.loads(args.keys) if args.keys else None
+    if args.rejudge:
+        rejudge(claim, args.out, args.scale, judge_key=(keys or {}).get("judge"))
+        return 0
+    params = load_params(parser, claim, args.scale, args.params)
+    key_params = json.loads(args.params) if args.params else params  # what the workflow hashed
+    params, given = _with_inputs(parser, claim, args, params)
+    if keys is None:
+        needs = tuple(n["artefact"] for n in config.needed(config.workflow_spec(claim, args.scale), params))
+        keys = provenance.claim_keys(claim, key_params, needs)
+    if args.hardware and slug(args.hardware) != args.hardware:
+        parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
+    if args.threads:
+        import torch  # lazy: --help and --rejudge need no torch (seconds to import)
+        torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    part = getattr(args, "part", None)
+    log.info("%s: scale=%s params=%s", claim, args.scale, json.dumps(params))
+    if part is not None:
+        return _run_part(claim, module, params, args, part)
+    remove_stale_temps(args.out)  # left by a killed earlier run (a part job shares the folder: not there)
+    return _measure(claim, run, module, params, args, keys, given, started)
+
+
+def _parser(claim: str, run: Callable, module) -> argparse.ArgumentParser:
     try:
         epilog = parameters_help(claim)
     except Exception as exc:  # the help text must never stop a run
         epilog = f"(parameter list unavailable: {exc})"
     parser = argparse.ArgumentParser(prog=f"python -m repro.claims.{claim}", description=(run.__doc__ or "").strip(),
                                      epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", required=True, choices=("tiny", "default", "paper"),
+    parser.add_argument("--scale", required=True, choices=config.SCALES,
                         help="which section of config/claims/<claim>.yaml to run (values below)")
     parser.add_argument("--out", required=True, type=Path, help="results folder for this claim")
     parser.add_argument("--params", help="JSON parameters, all of them (default: config/claims/<claim>.yaml at "
@@ -115,55 +146,45 @@ def main(claim: str, run: Callable, argv=None) -> int:
     parser.add_argument("--keys", default=None, metavar="JSON",
                         help="the provenance keys of this measurement (code, config, software, judge, measure: "
                              "repro.provenance), as the workflow computed them; default: computed here")
-    module = sys.modules.get(run.__module__)
     if hasattr(module, "run_part"):
         parser.add_argument("--part", type=_part, default=None, metavar="I-of-N",
                             help="train only part I of N of the claim's runs (I counts from 0; the claim's run_part splits them) and write "
                                  "parts/I-of-N.done under --out; the run without --part judges (what the workflow's "
                                  "claim_part jobs do when workflow.parts > 1)")
-    args = parser.parse_args(argv)
-    setup_logging()
-    started = now()
-    keys = json.loads(args.keys) if args.keys else None
-    if args.rejudge:
-        rejudge(claim, args.out, args.scale, judge_key=(keys or {}).get("judge"))
-        return 0
-    params = load_params(parser, claim, args.scale, args.params)
-    key_params = json.loads(args.params) if args.params else params  # what the workflow hashed
-    if args.input:  # the shared artefacts the workflow built for this claim (config: workflow.needs)
-        given = dict(item.split("=", 1) if "=" in item else (item, None) for item in args.input)
-        bad = [k for k, v in given.items() if not v]
-        if bad:
-            parser.error(f"--input {bad[0]}: expected PARAM=PATH")
-        try:
-            params = config.validate_params(claim, args.scale, {**params, **given})
-        except config.ConfigError as exc:
-            parser.error(f"--input: {exc}")
-    else:
-        given = {}
-    if keys is None:
-        needs = tuple(n["artefact"] for n in config.needed(config.workflow_spec(claim, args.scale), params))
-        keys = provenance.claim_keys(claim, key_params, needs)
-    if args.hardware and slug(args.hardware) != args.hardware:
-        parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
-    if args.threads:
-        import torch  # lazy: --help and --rejudge need no torch (seconds to import)
-        torch.set_num_threads(args.threads)
-    args.out.mkdir(parents=True, exist_ok=True)
-    part = getattr(args, "part", None)
-    if part is None:  # a part job shares the folder with the other parts running now: their files are not stale
-        remove_stale_temps(args.out)  # left by a killed earlier run
+    return parser
+
+
+def _with_inputs(parser, claim: str, args, params: dict) -> tuple[dict, dict]:
+    """The parameters with the shared artefacts' paths the workflow passed (``--input PARAM=PATH``, for the claim's
+    workflow.needs) validated in, and those paths."""
+    if not args.input:
+        return params, {}
+    given = dict(item.split("=", 1) if "=" in item else (item, None) for item in args.input)
+    bad = [k for k, v in given.items() if not v]
+    if bad:
+        parser.error(f"--input {bad[0]}: expected PARAM=PATH")
+    try:
+        return config.validate_params(claim, args.scale, {**params, **given}), given
+    except config.ConfigError as exc:
+        parser.error(f"--input: {exc}")
+
+
+def _run_part(claim: str, module, params: dict, args, part: tuple[int, int]) -> int:
+    """Train part ``part`` = (i, n) of the claim's runs and mark it done (parts/<i>-of-<n>.done)."""
     t0 = time.time()
-    log.info("%s: scale=%s params=%s", claim, args.scale, json.dumps(params))
-    if part is not None:
-        index, count = part
-        (args.out / "parts").mkdir(exist_ok=True)
-        done = module.run_part(params, args.scale, args.out, index, count)
-        atomic_write_json(args.out / "parts" / f"{index}-of-{count}.done",
-                          {"claim": claim, "scale": args.scale, "part": index, "of": count, **(done or {}),
-                           "seconds": round(time.time() - t0, 1)})
-        log.info("%s: part %d of %d done in %.1f s", claim, index, count, time.time() - t0)
-        return 0
+    index, count = part
+    (args.out / "parts").mkdir(exist_ok=True)
+    done = module.run_part(params, args.scale, args.out, index, count)
+    atomic_write_json(args.out / "parts" / f"{index}-of-{count}.done",
+                      {"claim": claim, "scale": args.scale, "part": index, "of": count, **(done or {}),
+                       "seconds": round(time.time() - t0, 1)})
+    log.info("%s: part %d of %d done in %.1f s", claim, index, count, time.time() - t0)
+    return 0
+
+
+def _measure(claim: str, run: Callable, module, params: dict, args, keys: dict, given: dict, started: str) -> int:
+    """Run the experiment and write the measurement (and, unless --measure-only, the verdict)."""
+    t0 = time.time()
     metrics, verdict = run(params, args.scale, args.out)
     measured = write_measurement(args.out, claim=claim, scale=args.scale, metrics=metrics, config=params,
                                  fingerprint=fingerprint(args.hardware),
@@ -205,6 +226,26 @@ def rejudge(claim: str, out: Path, scale: str, judge_key: str | None = None) -> 
     commit and time and the judging's (``provenance``), and ``rejudged`` when it replaces an earlier judgement of
     the same measurement. Results from before measured.json existed are re-judged from their verdict.json."""
     out = Path(out)
+    verdict, measured, stored = judge_stored(claim, out, scale)
+    old = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else None
+    if judge_key is None:
+        judge_key = provenance.claim_keys(claim, stored["config"])["judge"]
+    context = {k: v for k, v in (measured.get("context") or {}).items() if k in JUDGE_CONTEXT}
+    extra = {"runtime_s": measured.get("runtime_s"), **context}
+    if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
+        extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),
+                             "previous_verdict": old.get("verdict")}
+    verdict = write_verdict(out, verdict, measured, judge_key=judge_key, **extra)
+    log.info("%s: judged %s (%s)%s", claim, verdict["verdict"], verdict["reason"][:300],
+             f"; was {old.get('verdict')}" if old else "")
+    return verdict
+
+
+def judge_stored(claim: str, out: Path, scale: str) -> tuple[dict, dict, dict]:
+    """(the checkout's judgement, the measurement record, config.json) of the measurement stored in ``out``;
+    nothing is written. The parameters are config.json's, with keys the current judge needs and the old run did
+    not record (new thresholds) from config/claims/<claim>.yaml at that scale."""
+    out = Path(out)
     for name in ("metrics.csv", "config.json", "fingerprint.json"):
         if not (out / name).is_file():
             raise SystemExit(f"--rejudge: {out / name} is missing: run the claim first")
@@ -228,17 +269,7 @@ def rejudge(claim: str, out: Path, scale: str, judge_key: str | None = None) -> 
         raise SystemExit(f"--rejudge: {out / 'measured.json'} is missing: run the claim first")
     module = importlib.import_module(f"repro.claims.{claim}")
     context = {k: v for k, v in (measured.get("context") or {}).items() if k in JUDGE_CONTEXT}
-    verdict = module.judge(rows, params, scale, **context)
-    if judge_key is None:
-        judge_key = provenance.claim_keys(claim, stored["config"])["judge"]
-    extra = {"runtime_s": measured.get("runtime_s"), **context}
-    if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
-        extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),
-                             "previous_verdict": old.get("verdict")}
-    verdict = write_verdict(out, verdict, measured, judge_key=judge_key, **extra)
-    log.info("%s: judged %s (%s)%s", claim, verdict["verdict"], verdict["reason"][:300],
-             f"; was {old.get('verdict')}" if old else "")
-    return verdict
+    return module.judge(rows, params, scale, **context), measured, stored
 
 
 def provenance_commit() -> str | None:

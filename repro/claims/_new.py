@@ -20,6 +20,8 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "docs" / "claim_template"
 TARGETS = {"claim.py.tmpl": "repro/claims/{id}.py", "claim.yaml.tmpl": "config/claims/{id}.yaml",
@@ -30,8 +32,6 @@ REGISTRY = "repro/registry/published.yaml"
 
 def scaffold(claim: str, code: str, title: str, root: str | Path = ROOT) -> list[Path]:
     """Write the new claim's files under ``root``; refuses an id, code or file that exists."""
-    import yaml
-
     root = Path(root)
     if not re.fullmatch(r"[a-z][a-z0-9_]*", claim):
         raise SystemExit(f"claim id {claim!r}: use snake_case (letters, digits, '_')")

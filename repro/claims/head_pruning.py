@@ -20,17 +20,28 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import torch
 
-from repro import artefacts
+from repro import artefacts, registry
+from repro.bench.timing import paired_ratios, summarize, time_interleaved
+from repro.data.batching import EncodedCorpus, collate, encode_corpus, token_batches
 from repro.errors import ConfigError
 from repro.io import metric
-from repro.verdicts import check, gate, gated, setup_table, verdict_from_checks
+from repro.stats import sample_interval
+from repro.train.bleu import bleu_report, corpus_bleu, paired_bootstrap, sentence_stats
+from repro.train.decode import DecodeConfig, decode_ids
+from repro.train.loop import model_loss
+from repro.train.pipeline import load_data
+from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, setup_table,
+                            verdict_from_checks)
 from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
                                  head_importance, pruned_copy, pruning_levels, set_pruned)
 
@@ -47,9 +58,6 @@ class Setup:
     """The trained model, tokenizer, corpus, evaluation subset and batches every experiment shares."""
 
     def __init__(self, params: dict, out: Path):
-        from repro.train.decode import DecodeConfig
-        from repro.train.pipeline import load_data
-
         self.device = params["device"]
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ClaimParamError("head_pruning.device: cuda requested but no GPU is available")
@@ -86,8 +94,6 @@ class Setup:
         self.heads = all_heads(self.model, self.kinds)
 
     def encoded(self, split: str, max_len: int, on_long: str):
-        from repro.data import encode_corpus
-
         db = getattr(self.corpus, "data_bin", None)
         enc = db.encoded(split, max_len, on_long) if db is not None else \
             encode_corpus(getattr(self.corpus, split), self.tok, max_len, on_long=on_long)
@@ -95,8 +101,6 @@ class Setup:
         return enc
 
     def batches(self, split: str, max_tokens: int, max_batches: int | None, shuffle: bool, seed: int = 0) -> list:
-        from repro.data import token_batches
-
         enc = self.encoded(split, self.model.cfg.max_seq_len, "truncate" if split != "train" else "drop")
         out = []
         for b in token_batches(enc, max_tokens, shuffle=shuffle, seed=seed):
@@ -107,8 +111,6 @@ class Setup:
 
 
 def _subset(enc, idx):
-    from repro.data.batching import EncodedCorpus
-
     return EncodedCorpus([enc.src[i] for i in idx], [enc.tgt[i] for i in idx], np.asarray(idx, dtype=np.int64),
                          enc.pad_id, enc.bos_id, enc.eos_id, len(idx))
 
@@ -130,8 +132,6 @@ def resolve_model(params: dict, out: Path) -> Path:
 # ------------------------------------------------------------------------------------------------ experiments
 def baseline(S: Setup, params: dict, rows: list) -> np.ndarray:
     """Unpruned BLEU on the subset, its placeholder-free part and the copy baseline; full-test BLEU once."""
-    from repro.train.bleu import bleu_report, corpus_bleu, sentence_stats
-
     hyps = S.evaluator.hypotheses()
     stats = sentence_stats(hyps, S.refs)
     rep = bleu_report(hyps, S.refs, S.sources, S.clean)
@@ -146,8 +146,6 @@ def baseline(S: Setup, params: dict, rows: list) -> np.ndarray:
              rep["full"]["score"], n, rep["clean"]["score"], rep["copy_full"]["score"], rep["copy_clean"]["score"],
              S.evaluator.seconds)
     if params["full_test_bleu"] and len(S.subset) < len(S.corpus.test):
-        from repro.train.decode import decode_ids
-
         ids = [list(map(int, s)) for s in S.test_full.src]
         h, _ = decode_ids(S.model, ids, S.bos_id, S.tok.eos_id, S.tok.pad_id, S.dcfg, S.device, S.vocab_limit)
         full = corpus_bleu([S.tok.decode(x) for x in h], S.corpus.references("test"))
@@ -157,8 +155,6 @@ def baseline(S: Setup, params: dict, rows: list) -> np.ndarray:
 
 
 def compare(base: np.ndarray, stats: np.ndarray, params: dict) -> dict:
-    from repro.train.bleu import paired_bootstrap
-
     return paired_bootstrap(base, stats, samples=params["bootstrap_samples"], seed=params["bootstrap_seed"],
                             alpha=params["significance"])
 
@@ -238,94 +234,103 @@ def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out:
     levels = pruning_levels(len(S.heads), p["step_fraction"], p["max_fraction"])
     imp_batches = S.batches(params["importance"]["split"], params["importance"]["max_tokens"],
                             params["importance"]["max_batches"], shuffle=False)
-    pad = S.tok.pad_id
-    gran = params["importance"]["granularity"]
     curves: dict[str, list] = {}
     orders: dict[str, list] = {}
     for name in p["orders"]:
-        norm = name == "importance"
-        pruned: list[Head] = []
-        scores = head_importance(S.model, imp_batches, pad, [], S.kinds, S.device, normalize=norm, granularity=gran)
-        for h, v in scores.items():
-            rows.append(metric(CLAIM, "head_importance", v, "l2-normalised per layer" if norm else "nats/token",
-                               kind="statistic", sweep={"kind": h.kind}, layer=h.layer, head=h.head, order=name))
-        curve = []
-        for n in levels:
-            if p["recompute_importance"] and pruned:
-                scores = head_importance(S.model, imp_batches, pad, pruned, S.kinds, S.device, normalize=norm,
-                                         granularity=gran)
-            ranked = sorted((h for h in S.heads if h not in pruned), key=lambda h: scores[h])
-            pruned += ranked[: n - len(pruned)]
-            set_pruned(S.model, pruned)
-            r = compare(base, S.evaluator.stats(), params)
-            curve.append((n, r))
-            log.info("%s order: %d/%d heads pruned: BLEU %.2f (%+.2f, p=%.3f)", name, n, len(S.heads),
-                     r["bleu_b"], r["delta"], r["p_value"])
-        curves[name] = curve
-        orders[name] = list(pruned)
+        curves[name], orders[name] = _importance_curve(S, params, base, rows, name, levels, imp_batches)
     for seed in p["random_seeds"]:
-        perm = list(S.heads)
-        random.Random(seed).shuffle(perm)
-        curve = []
-        for n in levels:
-            set_pruned(S.model, perm[:n])
-            r = compare(base, S.evaluator.stats(), params)
-            curve.append((n, r))
-            log.info("random order (seed %d): %d heads pruned: BLEU %.2f (%+.2f)", seed, n, r["bleu_b"], r["delta"])
-        curves[f"random_{seed}"] = curve
+        curves[f"random_{seed}"] = _random_curve(S, params, base, seed, levels)
     set_pruned(S.model)
     base_bleu = bleu(base)
-    total = len(S.heads)
-
-    def label(name):
-        return ("random", int(name.split("_")[1])) if name.startswith("random_") else (name, None)
-
     for name, curve in curves.items():
-        order_kind, seed = label(name)
-        rows.append(metric(CLAIM, "pruning_bleu", base_bleu, "BLEU", order=order_kind, seed=seed, pruned=0,
-                           fraction=0.0, p_value=1.0))
-        for n, r in curve:
-            rows.append(metric(CLAIM, "pruning_bleu", r["bleu_b"], "BLEU", order=order_kind, seed=seed, pruned=n,
-                               fraction=n / total, p_value=r["p_value"],
-                               significant_loss=bool(r["p_value"] < params["significance"] and r["delta"] < 0)))
-        # area under the curve (mean BLEU over the pruning levels)
-        rows.append(metric(CLAIM, "pruning_mean_bleu", float(np.mean([r["bleu_b"] for _, r in curve])), "BLEU",
-                           order=order_kind, seed=seed))
-        if name.startswith("random_"):
-            continue
-        # prunable fraction: the largest fraction before the first significant loss
-        ok = 0.0
-        for n, r in curve:
-            if r["p_value"] < params["significance"] and r["delta"] < 0:
-                break
-            ok = n / total
-        michel = name == "importance"
-        rows.append(metric(CLAIM, "prunable_fraction", 100 * ok, "percent", n=total, kind="statistic",
-                           published_key="michel_prunable_wmt" if michel else None, order=name))
-        # sharp drop: the start of the steepest single-step BLEU fall
-        pts = [(0, base_bleu)] + [(n, r["bleu_b"]) for n, r in curve]
-        drops = [(pts[i][1] - pts[i + 1][1], pts[i][0]) for i in range(len(pts) - 1)]
-        if drops:
-            _, start = max(drops)
-            rows.append(metric(CLAIM, "sharp_drop_fraction", 100 * start / total, "percent", n=total, kind="statistic",
-                               published_key="michel_sharp_drop_fraction" if michel else None, order=name))
+        rows += _curve_rows(name, curve, base_bleu, len(S.heads), params)
     (out / "pruning_order.json").write_text(json.dumps({k: [h.name for h in v] for k, v in orders.items()},
                                                        indent=1) + "\n")
     main = orders.get("importance") or next(iter(orders.values()), [])
     return {"order": main, "curves": curves}
 
 
+def _importance_curve(S: Setup, params: dict, base: np.ndarray, rows: list, name: str, levels: list[int],
+                      imp_batches: list) -> tuple[list, list[Head]]:
+    """One importance order's curve [(heads pruned, comparison)] and the heads in the order pruned; the first
+    scores go to ``rows`` (``head_importance``)."""
+    p = params["pruning"]
+    pad, gran = S.tok.pad_id, params["importance"]["granularity"]
+    norm = name == "importance"
+    pruned: list[Head] = []
+    scores = head_importance(S.model, imp_batches, pad, [], S.kinds, S.device, normalize=norm, granularity=gran)
+    for h, v in scores.items():
+        rows.append(metric(CLAIM, "head_importance", v, "l2-normalised per layer" if norm else "nats/token",
+                           kind="statistic", sweep={"kind": h.kind}, layer=h.layer, head=h.head, order=name))
+    curve = []
+    for n in levels:
+        if p["recompute_importance"] and pruned:
+            scores = head_importance(S.model, imp_batches, pad, pruned, S.kinds, S.device, normalize=norm,
+                                     granularity=gran)
+        ranked = sorted((h for h in S.heads if h not in pruned), key=lambda h: scores[h])
+        pruned += ranked[: n - len(pruned)]
+        set_pruned(S.model, pruned)
+        r = compare(base, S.evaluator.stats(), params)
+        curve.append((n, r))
+        log.info("%s order: %d/%d heads pruned: BLEU %.2f (%+.2f, p=%.3f)", name, n, len(S.heads),
+                 r["bleu_b"], r["delta"], r["p_value"])
+    return curve, list(pruned)
+
+
+def _random_curve(S: Setup, params: dict, base: np.ndarray, seed: int, levels: list[int]) -> list:
+    """The curve of one seeded random order of the heads."""
+    perm = list(S.heads)
+    random.Random(seed).shuffle(perm)
+    curve = []
+    for n in levels:
+        set_pruned(S.model, perm[:n])
+        r = compare(base, S.evaluator.stats(), params)
+        curve.append((n, r))
+        log.info("random order (seed %d): %d heads pruned: BLEU %.2f (%+.2f)", seed, n, r["bleu_b"], r["delta"])
+    return curve
+
+
+def _curve_rows(name: str, curve: list, base_bleu: float, total: int, params: dict) -> list[dict]:
+    """A curve's rows: BLEU per level (the unpruned model at 0), its mean and, for an importance order, the
+    prunable fraction and the start of the sharpest drop."""
+    order_kind, seed = ("random", int(name.split("_")[1])) if name.startswith("random_") else (name, None)
+    rows = [metric(CLAIM, "pruning_bleu", base_bleu, "BLEU", order=order_kind, seed=seed, pruned=0, fraction=0.0,
+                   p_value=1.0)]
+    for n, r in curve:
+        rows.append(metric(CLAIM, "pruning_bleu", r["bleu_b"], "BLEU", order=order_kind, seed=seed, pruned=n,
+                           fraction=n / total, p_value=r["p_value"],
+                           significant_loss=bool(r["p_value"] < params["significance"] and r["delta"] < 0)))
+    # area under the curve (mean BLEU over the pruning levels)
+    rows.append(metric(CLAIM, "pruning_mean_bleu", float(np.mean([r["bleu_b"] for _, r in curve])), "BLEU",
+                       order=order_kind, seed=seed))
+    if name.startswith("random_"):
+        return rows
+    # prunable fraction: the largest fraction before the first significant loss
+    ok = 0.0
+    for n, r in curve:
+        if r["p_value"] < params["significance"] and r["delta"] < 0:
+            break
+        ok = n / total
+    michel = name == "importance"
+    rows.append(metric(CLAIM, "prunable_fraction", 100 * ok, "percent", n=total, kind="statistic",
+                       published_key="michel_prunable_wmt" if michel else None, order=name))
+    # sharp drop: the start of the steepest single-step BLEU fall
+    pts = [(0, base_bleu)] + [(n, r["bleu_b"]) for n, r in curve]
+    drops = [(pts[i][1] - pts[i + 1][1], pts[i][0]) for i in range(len(pts) - 1)]
+    if drops:
+        _, start = max(drops)
+        rows.append(metric(CLAIM, "sharp_drop_fraction", 100 * start / total, "percent", n=total, kind="statistic",
+                           published_key="michel_sharp_drop_fraction" if michel else None, order=name))
+    return rows
+
+
 def l0_gates(S: Setup, params: dict, base: np.ndarray, rows: list) -> None:
     """Voita Sec. 6: Hard-Concrete gates on the heads of ``l0.targets`` fine-tuned from the trained model with
     loss = NLL/token + lambda * sum_h P(g_h != 0); heads with P(g != 0) < 0.5 are removed at evaluation."""
-    from repro.train.loop import model_loss
-
     p = params["l0"]
     if not p["lambdas"]:
         return
     train = S.encoded("train", min(p["max_len"], S.model.cfg.max_seq_len), "drop")
-    from repro.data import token_batches
-
     base_bleu = bleu(base)
     control = None
     for lam in sorted(p["lambdas"]):
@@ -333,50 +338,13 @@ def l0_gates(S: Setup, params: dict, base: np.ndarray, rows: list) -> None:
         model = copy.deepcopy(S.model)
         set_pruned(model)
         mods = attention_modules(model, p["targets"])
-        gates = {}
-        for kind, ms in mods.items():
-            for li, m in enumerate(ms):
-                g = HardConcreteGates(m.n_heads, p["init_log_alpha"], p["beta"], p["stretch"]).to(S.device)
-                m.gate_module = g
-                gates[(kind, li)] = g
-        gate_params = [g.log_alpha for g in gates.values()]
-        groups = [{"params": gate_params, "lr": p["gate_lr"]}]
-        if p["model_lr"] > 0:
-            groups.append({"params": [q for q in model.parameters() if all(q is not g for g in gate_params)],
-                           "lr": p["model_lr"]})
-        else:
-            for q in model.parameters():
-                q.requires_grad_(any(q is g for g in gate_params))
-        opt = torch.optim.Adam(groups, betas=(0.9, 0.98))
+        gates = _attach_gates(mods, p, S.device)
+        opt = _gate_optimizer(model, gates, p)
         model.train()
-        t0, step, epoch = time.time(), 0, 0
-        done = False
-        while not done:
-            for b in token_batches(train, p["max_tokens"], shuffle=True, seed=p["seed"] + epoch):
-                b = b.to(S.device)
-                loss, nll, _ = model_loss(model, b, p["label_smoothing"], S.tok.pad_id)
-                l0 = sum(g.p_open().sum() for g in gates.values())
-                total = loss / b.ntokens + lam * l0
-                opt.zero_grad()
-                total.backward()
-                opt.step()
-                step += 1
-                if step % max(1, p["steps"] // 5) == 0:
-                    log.info("L0 lambda %g step %d: nll %.3f, expected open heads %.1f [%.0f s]", lam, step,
-                             nll.item() / b.ntokens, l0.item(), time.time() - t0)
-                if step >= p["steps"] or time.time() - t0 > p["max_seconds"]:
-                    done = True
-                    break
-            epoch += 1
+        t0 = time.time()
+        step = _finetune(S, model, gates, opt, train, p, lam, t0)
         model.eval()
-        kept = 0
-        with torch.no_grad():
-            for (kind, li), g in gates.items():
-                m = mods[kind][li]
-                det, open_ = g(), g.p_open()
-                m.gate_module = None
-                m.head_gate.copy_(torch.where(open_ >= 0.5, det, torch.zeros_like(det)))
-                kept += int((open_ >= 0.5).sum())
+        kept = _fix_gates(mods, gates)
         n_gated = sum(m.n_heads for ms in mods.values() for m in ms)
         stats = S.evaluator.stats(model)
         r = compare(base, stats, params)
@@ -398,12 +366,71 @@ def l0_gates(S: Setup, params: dict, base: np.ndarray, rows: list) -> None:
         del model
 
 
+def _attach_gates(mods: dict, p: dict, device) -> dict:
+    """One HardConcreteGates per attention module of ``mods``, installed as its ``gate_module``."""
+    gates = {}
+    for kind, ms in mods.items():
+        for li, m in enumerate(ms):
+            g = HardConcreteGates(m.n_heads, p["init_log_alpha"], p["beta"], p["stretch"]).to(device)
+            m.gate_module = g
+            gates[(kind, li)] = g
+    return gates
+
+
+def _gate_optimizer(model, gates: dict, p: dict) -> torch.optim.Adam:
+    """Adam on the gates' log_alpha and, when ``model_lr`` > 0, on the model's weights (else they are frozen)."""
+    gate_params = [g.log_alpha for g in gates.values()]
+    groups = [{"params": gate_params, "lr": p["gate_lr"]}]
+    if p["model_lr"] > 0:
+        groups.append({"params": [q for q in model.parameters() if all(q is not g for g in gate_params)],
+                       "lr": p["model_lr"]})
+    else:
+        for q in model.parameters():
+            q.requires_grad_(any(q is g for g in gate_params))
+    return torch.optim.Adam(groups, betas=(0.9, 0.98))
+
+
+def _finetune(S: Setup, model, gates: dict, opt, train, p: dict, lam: float, t0: float) -> int:
+    """Fine-tune with loss = NLL/token + lambda * L0 for ``steps`` updates or ``max_seconds`` since ``t0``
+    (seeded epochs over the training split); returns the number of updates."""
+    step, epoch = 0, 0
+    done = False
+    while not done:
+        for b in token_batches(train, p["max_tokens"], shuffle=True, seed=p["seed"] + epoch):
+            b = b.to(S.device)
+            loss, nll, _ = model_loss(model, b, p["label_smoothing"], S.tok.pad_id)
+            l0 = sum(g.p_open().sum() for g in gates.values())
+            total = loss / b.ntokens + lam * l0
+            opt.zero_grad()
+            total.backward()
+            opt.step()
+            step += 1
+            if step % max(1, p["steps"] // 5) == 0:
+                log.info("L0 lambda %g step %d: nll %.3f, expected open heads %.1f [%.0f s]", lam, step,
+                         nll.item() / b.ntokens, l0.item(), time.time() - t0)
+            if step >= p["steps"] or time.time() - t0 > p["max_seconds"]:
+                done = True
+                break
+        epoch += 1
+    return step
+
+
+@torch.no_grad()
+def _fix_gates(mods: dict, gates: dict) -> int:
+    """Replace the stochastic gates by their deterministic values, 0 where P(g != 0) < 0.5; returns the heads kept."""
+    kept = 0
+    for (kind, li), g in gates.items():
+        m = mods[kind][li]
+        det, open_ = g(), g.p_open()
+        m.gate_module = None
+        m.head_gate.copy_(torch.where(open_ >= 0.5, det, torch.zeros_like(det)))
+        kept += int((open_ >= 0.5).sum())
+    return kept
+
+
 def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
     """Michel Table 4: examples/s of a forward pass on fixed batches, unpruned vs ``prune_fraction`` of the heads
     (lowest importance first) physically removed; interleaved timing, medians, paired ratios."""
-    from repro.bench.timing import paired_ratios, summarize, time_interleaved
-    from repro.data.batching import collate
-
     p = params["throughput"]
     n_prune = int(round(p["prune_fraction"] * len(S.heads)))
     if len(order) < n_prune:  # pruning stopped earlier: extend by a fresh importance ranking
@@ -447,8 +474,17 @@ def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ verdict
-def _vals(rows, name, **sweep):
-    return [r for r in rows if r["metric"] == name and all(r["sweep"].get(k) == v for k, v in sweep.items())]
+ORDERS = ("importance", "importance_raw")
+ORDER_NAMES = {"importance": "Michel's l2-per-layer importance", "importance_raw": "unnormalised importance"}
+
+
+def _pub(key: str):
+    """A published number of this claim (repro/registry/published.yaml)."""
+    return registry.published(CLAIM, key)["value"]
+
+
+def _finite(*xs) -> bool:
+    return all(x is not None and isinstance(x, (int, float)) and math.isfinite(float(x)) for x in xs)
 
 
 def judge(rows: list[dict], params: dict, scale: str) -> dict:
@@ -487,225 +523,303 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
     HEADLINE: 3 for the order the scale supports (Michel Fig. 3) and 4 (Voita): "most heads can be removed".
     Gate: checks 1-4 rest on BLEU and are undecided unless the unpruned model beats the copy baseline on the
     evaluation subset by more than ``min_bleu_over_copy``. Every comparison is strict; NaN decides nothing."""
-    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
-    import math
-    from statistics import NormalDist
+    R, eq = Rows(rows), _Equivalence.from_params(params)
+    order = _ScaleOrder.from_rows(R)
+    checks = [*_minority_checks(R, params), *_sensitivity_checks(R), *_random_order_checks(R, order),
+              *_prunable_checks(R, order, eq), *_l0_checks(R, eq)]
+    gates = _learned_gates(R, params)
+    checks = [gated(c, gates) for c in checks] + _speedup_checks(R, params)  # the speed-up rests on no BLEU
+    return verdict_from_checks(CLAIM, checks, scale, gates=gates, setup=_setup_rows(params, order))
 
-    from repro import registry
-    from repro.stats import sample_interval
-    from repro.verdicts import both, decide_interval
 
-    def pub(key):
-        return registry.published(CLAIM, key)["value"]
+@dataclass(frozen=True)
+class _Equivalence:
+    """The "no loss" equivalence test of the judge: the (1 - ``alpha``) interval of a pruned model's BLEU drop,
+    recovered from its paired-bootstrap delta and p-value, against the tolerance ``tol`` = |Voita's drop|."""
+    alpha: float
+    n_boot: int
+    tol: float
 
-    def finite(*xs):
-        return all(x is not None and isinstance(x, (int, float)) and math.isfinite(float(x)) for x in xs)
+    @classmethod
+    def from_params(cls, params: dict) -> "_Equivalence":
+        return cls(float(params["significance"]), int(params["bootstrap_samples"]),
+                   abs(float(_pub("voita_wmt_bleu_drop"))))
 
-    v, checks = params["verdict"], []
-    alpha, n_boot = float(params["significance"]), int(params["bootstrap_samples"])
-    z_alpha = NormalDist().inv_cdf(1 - alpha / 2)
-    tol = abs(float(pub("voita_wmt_bleu_drop")))
-    voita_pruned, voita_total = pub("voita_wmt_heads_pruned"), pub("voita_wmt_encoder_heads")
-    kept_max = (voita_total - voita_pruned) / voita_total
-    m_sig, m_total = pub("michel_significant_heads"), pub("michel_heads_total")
-    m_prunable, m_bert, m_sharp = pub("michel_prunable_wmt"), pub("michel_prunable_bert"), \
-        pub("michel_sharp_drop_fraction")
-    m_per_layer = pub("michel_heads_per_layer")
-
-    def drop_interval(delta, p):
+    def drop_interval(self, delta, p) -> tuple[float, float] | None:
         """(lo, hi) of the (1 - alpha) interval of the BLEU DROP (= -delta), or None when the row gives none."""
-        if not finite(delta, p) or delta == 0 or p >= 1:
+        if not _finite(delta, p) or delta == 0 or p >= 1:
             return None
-        z_p = NormalDist().inv_cdf(1 - max(float(p), 2.0 / n_boot) / 2)
+        z_p = NormalDist().inv_cdf(1 - max(float(p), 2.0 / self.n_boot) / 2)
         if not z_p > 0:
             return None
-        half = z_alpha * abs(delta) / z_p
+        half = NormalDist().inv_cdf(1 - self.alpha / 2) * abs(delta) / z_p
         return -delta - half, -delta + half
 
-    def equiv(delta, p):
-        """True: lossless (drop's upper end < tol); False: lossy (lower end > tol); None: undecided."""
-        iv = drop_interval(delta, p)
-        return (None, None) if iv is None else (decide_interval(iv[0], iv[1], below=tol), iv)
+    def decide(self, delta, p) -> tuple[bool | None, tuple[float, float] | None]:
+        """(True: lossless (drop's upper end < tol); False: lossy (lower end > tol); None: undecided, interval)."""
+        iv = self.drop_interval(delta, p)
+        return (None, None) if iv is None else (decide_interval(iv[0], iv[1], below=self.tol), iv)
 
-    # 1. a minority matters
-    sig = _vals(rows, "significant_heads_fraction", kind="encoder_self") or _vals(rows, "significant_heads_fraction",
-                                                                                  kind="all")
-    if sig:
-        r = sig[0]
-        cnt = _vals(rows, "significant_heads", kind=r["sweep"]["kind"])[0]["value"]
-        up = _vals(rows, "significant_heads_raising_bleu", kind=r["sweep"]["kind"])[0]["value"]
-        frac = r["value"]
-        if not finite(cnt, frac):
-            passed, why = None, "the count of significant heads is not a number"
-        elif not cnt > 0:
-            passed, why = None, (f"0 of {int(r['n'])} heads significant at p<{alpha}: no evidence that any head "
-                                 f"matters on {params['eval_sentences']} sentences (too little power), so 'a "
-                                 "minority matters' cannot be told from 'none detected'")
-        else:
-            passed, why = frac < v["minority_fraction"], None
-        checks.append(check(f"a minority of {r['sweep']['kind']} heads matter when ablated alone", passed,
-                            f"{int(cnt)} of {int(r['n'])} ({100 * frac:.0f}%) significant at p<{alpha}"
-                            f", {int(up)} raise BLEU",
-                            f"{m_sig} of {m_total} ({100 * m_sig / m_total:.0f}%) (Michel Table 1); need more than 0 "
-                            f"and < {100 * v['minority_fraction']:.0f}%", undecided_because=why))
-    by_kind: dict[str, list] = {}
-    for r in _vals(rows, "ablation_bleu_delta"):
-        by_kind.setdefault(r["sweep"]["kind"], []).append(r["value"])
-    if "cross" in by_kind and len(by_kind) > 1:
-        mean = {k: float(np.mean(x)) if all(finite(y) for y in x) else math.nan for k, x in by_kind.items()}
-        ok = all(math.isfinite(x) for x in mean.values())
-        checks.append(check("enc-dec attention is the most sensitive to single-head ablation",
-                            all(mean["cross"] < x for k, x in mean.items() if k != "cross") if ok else None,
-                            "mean BLEU change " + ", ".join(f"{k}: {x:+.2f}" for k, x in mean.items()),
-                            "enc-dec attention most sensitive (Michel Sec. 3-4); strictly lowest mean change",
-                            undecided_because="a mean single-head change is not a number"))
-    # which order the scale supports: heads per layer from the ablation rows
-    per_layer: dict[tuple, set] = {}
-    for r in _vals(rows, "ablation_bleu_delta"):
-        per_layer.setdefault((r["sweep"]["kind"], r["sweep"].get("layer")), set()).add(r["sweep"].get("head"))
-    hpl = min((len(x) for x in per_layer.values()), default=None)
-    normalised_ok = hpl is not None and hpl >= m_per_layer / 2
-    supported = "importance" if normalised_ok else "importance_raw"
-    names = {"importance": "Michel's l2-per-layer importance", "importance_raw": "unnormalised importance"}
-    why_unsupported = {
-        "importance": (f"scale artefact: {hpl} heads per layer (Michel: {m_per_layer}); the per-layer l2 "
-                       "normalisation gives each layer's least important head a comparable score, so this order "
-                       "prunes every layer alike (cross-attention included) and says nothing about the paper; "
-                       "the unnormalised order is judged instead"),
-        "importance_raw": (f"diagnostic only: with {hpl} heads per layer the scale supports Michel's normalised "
-                           "order, which is judged instead")}
-    scale_note = (f"{hpl} heads per layer: the scale supports {names[supported]}"
-                  if hpl is not None else "heads per layer not recorded")
-    # 2. importance vs random, both orders
-    rnd = [r["value"] for r in _vals(rows, "pruning_mean_bleu", order="random")]
-    for name in ("importance", "importance_raw"):
-        imp = _vals(rows, "pruning_mean_bleu", order=name)
-        if not imp or not rnd:
+
+@dataclass(frozen=True)
+class _ScaleOrder:
+    """Which pruning order the scale supports: Michel's per-layer normalisation needs at least half of his heads
+    per layer (heads per layer read from the ablation rows); with fewer the unnormalised order is judged."""
+    heads_per_layer: int | None
+    paper_per_layer: int
+
+    @classmethod
+    def from_rows(cls, R: Rows) -> "_ScaleOrder":
+        per_layer: dict[tuple, set] = {}
+        for r in R.metric("ablation_bleu_delta"):
+            per_layer.setdefault((r["sweep"]["kind"], r["sweep"].get("layer")), set()).add(r["sweep"].get("head"))
+        return cls(min((len(x) for x in per_layer.values()), default=None), _pub("michel_heads_per_layer"))
+
+    @property
+    def normalised_ok(self) -> bool:
+        return self.heads_per_layer is not None and self.heads_per_layer >= self.paper_per_layer / 2
+
+    @property
+    def supported(self) -> str:
+        return "importance" if self.normalised_ok else "importance_raw"
+
+    @property
+    def note(self) -> str:
+        return (f"{self.heads_per_layer} heads per layer: the scale supports {ORDER_NAMES[self.supported]}"
+                if self.heads_per_layer is not None else "heads per layer not recorded")
+
+    def why_unsupported(self, name: str) -> str:
+        hpl = self.heads_per_layer
+        return {
+            "importance": (f"scale artefact: {hpl} heads per layer (Michel: {self.paper_per_layer}); the per-layer "
+                           "l2 normalisation gives each layer's least important head a comparable score, so this "
+                           "order prunes every layer alike (cross-attention included) and says nothing about the "
+                           "paper; the unnormalised order is judged instead"),
+            "importance_raw": (f"diagnostic only: with {hpl} heads per layer the scale supports Michel's normalised "
+                               "order, which is judged instead")}[name]
+
+
+def _minority_checks(R: Rows, params: dict) -> list[dict]:
+    """Rule 1: a minority of the encoder self-attention heads (or of all heads) matters when ablated alone."""
+    fractions = R.metric("significant_heads_fraction")
+    sig = fractions.where(kind="encoder_self") or fractions.where(kind="all")
+    if not sig:
+        return []
+    r, v, alpha = sig[0], params["verdict"], float(params["significance"])
+    kind = r["sweep"]["kind"]
+    cnt = R.metric("significant_heads").where(kind=kind)[0]["value"]
+    up = R.metric("significant_heads_raising_bleu").where(kind=kind)[0]["value"]
+    frac = r["value"]
+    m_sig, m_total = _pub("michel_significant_heads"), _pub("michel_heads_total")
+    if not _finite(cnt, frac):
+        passed, why = None, "the count of significant heads is not a number"
+    elif not cnt > 0:
+        passed, why = None, (f"0 of {int(r['n'])} heads significant at p<{alpha}: no evidence that any head "
+                             f"matters on {params['eval_sentences']} sentences (too little power), so 'a "
+                             "minority matters' cannot be told from 'none detected'")
+    else:
+        passed, why = frac < v["minority_fraction"], None
+    return [check(f"a minority of {kind} heads matter when ablated alone", passed,
+                  f"{int(cnt)} of {int(r['n'])} ({100 * frac:.0f}%) significant at p<{alpha}, {int(up)} raise BLEU",
+                  f"{m_sig} of {m_total} ({100 * m_sig / m_total:.0f}%) (Michel Table 1); need more than 0 "
+                  f"and < {100 * v['minority_fraction']:.0f}%", undecided_because=why)]
+
+
+def _sensitivity_checks(R: Rows) -> list[dict]:
+    """Rule 1, second part: enc-dec attention has the strictly lowest mean single-head BLEU change."""
+    by_kind = {k: rs.values() for k, rs in R.metric("ablation_bleu_delta").by("kind").items()}
+    if not ("cross" in by_kind and len(by_kind) > 1):
+        return []
+    mean = {k: float(np.mean(x)) if all(_finite(y) for y in x) else math.nan for k, x in by_kind.items()}
+    ok = all(math.isfinite(x) for x in mean.values())
+    return [check("enc-dec attention is the most sensitive to single-head ablation",
+                  all(mean["cross"] < x for k, x in mean.items() if k != "cross") if ok else None,
+                  "mean BLEU change " + ", ".join(f"{k}: {x:+.2f}" for k, x in mean.items()),
+                  "enc-dec attention most sensitive (Michel Sec. 3-4); strictly lowest mean change",
+                  undecided_because="a mean single-head change is not a number")]
+
+
+def _random_order_checks(R: Rows, order: _ScaleOrder) -> list[dict]:
+    """Rule 2, for both orders: the mean BLEU over the pruning levels above the random orders' 95% interval."""
+    rnd = R.metric("pruning_mean_bleu").where(order="random").values()
+    out = []
+    for name in ORDERS:
+        imp = R.metric("pruning_mean_bleu").where(order=name)
+        if imp and rnd:
+            out.append(_beats_random_check(name, imp.value(), rnd, order))
+    return out
+
+
+def _beats_random_check(name: str, x: float, rnd: list, order: _ScaleOrder) -> dict:
+    if len(rnd) < 2 or not all(_finite(y) for y in rnd + [x]):
+        passed, why, iv = None, f"{len(rnd)} random order(s) (needs >= 2 for an interval)", None
+    else:
+        _, lo, hi, _ = sample_interval(rnd)
+        passed = True if x > hi else False if x < lo else None
+        why, iv = f"{x:.2f} lies inside the random orders' interval [{lo:.2f}, {hi:.2f}]", \
+            f"random orders' mean BLEU, 95% t-interval [{lo:.2f}, {hi:.2f}] over {len(rnd)} seeds"
+    if name != order.supported:
+        passed, why = None, order.why_unsupported(name)
+    return check(f"pruning by {ORDER_NAMES[name]} beats random order", passed,
+                 f"mean BLEU over the pruning levels {x:.2f} vs random " + ", ".join(f"{y:.2f}" for y in rnd)
+                 + f" ({order.note})",
+                 "importance order above random (Michel Fig. 3); above the random orders' 95% interval",
+                 interval=iv, undecided_because=why)
+
+
+def _prunable_checks(R: Rows, order: _ScaleOrder, eq: _Equivalence) -> list[dict]:
+    """Rule 3, for both orders: the fraction of heads pruned before the first level that is not lossless."""
+    out = []
+    for name in ORDERS:
+        curve = sorted(R.metric("pruning_bleu").where(order=name), key=lambda r: r["sweep"]["pruned"])
+        if curve:
+            out.append(_prunable_check(R, name, curve, order, eq))
+    return out
+
+
+def _lossless_prefix(curve: list[dict], eq: _Equivalence) -> tuple[float, float, tuple | None, list[str]]:
+    """Walk the curve up from the unpruned model: the percent and fraction of heads at the last lossless level,
+    the first level that is not lossless as (state, percent, no interval) or None, and each level's text."""
+    base_bleu = Rows(curve).where(pruned=0).value()
+    ok_frac, ok_fr, stop, shown = 0.0, 0.0, None, []
+    for r in curve:
+        if r["sweep"]["pruned"] == 0:
             continue
-        x = imp[0]["value"]
-        if len(rnd) < 2 or not all(finite(y) for y in rnd + [x]):
-            passed, why, iv = None, f"{len(rnd)} random order(s) (needs >= 2 for an interval)", None
-        else:
-            _, lo, hi, _ = sample_interval(rnd)
-            passed = True if x > hi else False if x < lo else None
-            why, iv = f"{x:.2f} lies inside the random orders' interval [{lo:.2f}, {hi:.2f}]", \
-                f"random orders' mean BLEU, 95% t-interval [{lo:.2f}, {hi:.2f}] over {len(rnd)} seeds"
-        if name != supported:
-            passed, why = None, why_unsupported[name]
-        checks.append(check(f"pruning by {names[name]} beats random order", passed,
-                            f"mean BLEU over the pruning levels {x:.2f} vs random "
-                            + ", ".join(f"{y:.2f}" for y in rnd) + f" ({scale_note})",
-                            "importance order above random (Michel Fig. 3); above the random orders' 95% interval",
-                            interval=iv, undecided_because=why))
-    # 3. prunable fraction by equivalence, both orders
-    for name in ("importance", "importance_raw"):
-        curve = sorted((r for r in _vals(rows, "pruning_bleu", order=name)), key=lambda r: r["sweep"]["pruned"])
-        if not curve:
+        delta = r["value"] - base_bleu if _finite(r["value"], base_bleu) else math.nan
+        state, iv = eq.decide(delta, r["sweep"].get("p_value"))
+        fr = float(r["sweep"]["fraction"])
+        frac = 100 * fr
+        shown.append(f"{frac:.0f}%: {delta:+.2f}" + (f" [drop {iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else
+                                                     " [no interval]"))
+        if state is True:
+            ok_frac, ok_fr = frac, fr
             continue
-        base_r = [r for r in curve if r["sweep"]["pruned"] == 0]
-        base_bleu = base_r[0]["value"] if base_r else None
-        ok_frac, ok_fr, stop, shown = 0.0, 0.0, None, []
-        for r in curve:
-            if r["sweep"]["pruned"] == 0:
-                continue
-            delta = r["value"] - base_bleu if finite(r["value"], base_bleu) else math.nan
-            state, iv = equiv(delta, r["sweep"].get("p_value"))
-            fr = float(r["sweep"]["fraction"])
-            frac = 100 * fr
-            shown.append(f"{frac:.0f}%: {delta:+.2f}" + (f" [drop {iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else
-                                                         " [no interval]"))
-            if state is True:
-                ok_frac, ok_fr = frac, fr
-                continue
-            stop = (state, frac, iv is None)
-            break
-        if ok_fr > m_prunable / 100:  # fractions, not percent: 100 * 0.2 is 20.000000000000004
-            passed, why = True, None
-        elif stop is None:
-            passed, why = None, f"the curve ends at {ok_frac:.0f}% (no level above {m_prunable}%)"
-        elif stop[0] is False:
-            passed, why = False, None
-        else:
-            passed, why = None, ((f"the row at {stop[1]:.0f}% gives no interval (p-value 1 or a zero change)"
-                                  if stop[2] else f"the drop's interval at {stop[1]:.0f}% straddles the tolerance "
-                                  f"{tol} BLEU") + ": this evaluation subset cannot tell 'no loss' from a small loss")
-        if name != supported:
-            passed, why = None, why_unsupported[name]
-        sd = _vals(rows, "sharp_drop_fraction", order=name)
-        checks.append(check(f"a substantial fraction of heads prunes ({names[name]}) without loss", passed,
-                            f"{ok_frac:.0f}% prunable within {tol} BLEU (equivalence); "
-                            + "; ".join(shown[:6]) + (f"; steepest drop after {sd[0]['value']:.0f}%" if sd else "")
-                            + f" ({scale_note})",
-                            f"{m_prunable}% (WMT), {m_bert}% (BERT) without noticeable loss; sharp drop past "
-                            f"~{m_sharp}% (Michel Fig. 3); need > {m_prunable}% with the drop's upper end < {tol} BLEU",
-                            headline=name == supported,
-                            interval=f"(1 - {alpha}) interval of each level's BLEU drop, from its paired-bootstrap "
-                                     "p-value (normal approximation)", undecided_because=why,
-                            numbers=numbers(ok_frac, "% of heads prunable", paper=float(m_prunable),
-                                            compare="difference")))
-    # 4. L0 at Voita's budget
-    kept = [r for r in _vals(rows, "l0_heads_kept") if finite(r["sweep"]["lam"]) and r["sweep"]["lam"] > 0]
-    if kept:
-        runs, states = [], []
-        for r in kept:
-            lam = r["sweep"]["lam"]
-            comps = _vals(rows, "l0_bleu_delta", lam=lam) + _vals(rows, "l0_bleu_delta_vs_control", lam=lam)
-            at_budget = finite(r["value"], r["n"]) and r["n"] > 0 and r["value"] / r["n"] <= kept_max
-            st = [equiv(c["value"], c["sweep"].get("p_value"))[0] for c in comps]
-            state = both(*st) if st else None
-            if at_budget:
-                states.append(state)
-            runs.append(f"lambda {lam:g}: {r['value']:.0f}/{r['n']:.0f} kept"
-                        + (" (at the budget)" if at_budget else "") + ", "
-                        + ", ".join(f"{c['value']:+.2f} (p={c['sweep'].get('p_value')})" for c in comps))
-        if not states:
-            passed, why = None, (f"no L0 run reached Voita's budget (at most {100 * kept_max:.0f}% of the gated heads "
-                                 "kept): the lambdas set the sparsity, so the run did not make the paper's experiment")
-        elif any(s is True for s in states):
-            passed, why = True, None
-        elif all(s is False for s in states):
-            passed, why = False, None
-        else:
-            passed, why = None, (f"at the budget, the BLEU drop's interval straddles the tolerance {tol} BLEU "
-                                 "(against the unpruned model or the unpenalised fine-tune)")
-        checks.append(check("L0 gates reach a sparse head budget with a small BLEU loss", passed, "; ".join(runs),
-                            f"{voita_pruned} of {voita_total} encoder heads pruned for {pub('voita_wmt_bleu_drop')} "
-                            f"BLEU (Voita Sec. 6); need a run keeping <= {100 * kept_max:.1f}% of its heads whose "
-                            f"drop's upper end is < {tol} BLEU against the unpruned model and the unpenalised "
-                            "fine-tune", headline=True, undecided_because=why,
-                            numbers=numbers(100 * min(r["value"] / r["n"] for r in kept if finite(r["value"], r["n"])
-                                                      and r["n"] > 0) if any(finite(r["value"], r["n"]) and r["n"] > 0
-                                                                             for r in kept) else None,
-                                            "% of heads kept (sparsest L0 run)",
-                                            paper=100 * (voita_total - voita_pruned) / voita_total,
-                                            compare="difference")))
-    gates = []
-    base, copy_bl = _vals(rows, "bleu_unpruned", subset="eval"), _vals(rows, "bleu_copy_baseline", subset="eval")
-    if base and copy_bl:
-        margin = v["min_bleu_over_copy"]
-        b0, c0 = base[0]["value"], copy_bl[0]["value"]
-        gates.append(gate("the unpruned model learned to translate", finite(b0, c0) and b0 > c0 + margin,
-                          f"BLEU {b0:.2f} vs copying the source {c0:.2f} on the "
-                          f"{params['eval_sentences']}-sentence evaluation subset",
-                          f"more than {margin} BLEU above the copy baseline"))
-        checks = [gated(c, gates) for c in checks]
-    sp = sorted(_vals(rows, "speedup"), key=lambda r: r["sweep"]["batch"])
-    if len(sp) >= 2:
-        first, last = sp[0]["value"], sp[-1]["value"]
-        on_gpu = str(params.get("device")).startswith("cuda")
-        ok = finite(first, last)
-        ref = ", ".join(f"+{pub(f'michel_speedup_bs{b}')}% at bs {b}" for b in (1, 4, 16, 64))
-        checks.append(check("the pruned model's speed-up grows with batch size",
-                            (last > first and last > 0) if (on_gpu and ok) else None,
-                            ", ".join(f"bs {r['sweep']['batch']}: {r['value']:+.1f}%" for r in sp),
-                            f"{ref} (Michel Table 4, GTX 1080Ti)",
-                            undecided_because=("a speed-up is not a number" if on_gpu else
-                                               "CPU stand-in: Michel measured GPU throughput, launch-bound at batch "
-                                               "1; a CPU speed-up follows the FLOPs at every batch size")))
-    setup = setup_table(CLAIM, {**this_setup(params), "pruning order judged": scale_note + (
-        "" if normalised_ok else f" (Michel's normalised order is reported beside it, undecided: with fewer than "
-        f"{m_per_layer // 2} heads per layer its per-layer normalisation is a scale artefact)")})
-    return verdict_from_checks(CLAIM, checks, scale, gates=gates, setup=setup)
+        stop = (state, frac, iv is None)
+        break
+    return ok_frac, ok_fr, stop, shown
+
+
+def _prunable_decision(ok_frac: float, ok_fr: float, stop: tuple | None, tol: float) -> tuple[bool | None, str | None]:
+    m_prunable = _pub("michel_prunable_wmt")
+    if ok_fr > m_prunable / 100:  # fractions, not percent: 100 * 0.2 is 20.000000000000004
+        return True, None
+    if stop is None:
+        return None, f"the curve ends at {ok_frac:.0f}% (no level above {m_prunable}%)"
+    if stop[0] is False:
+        return False, None
+    return None, ((f"the row at {stop[1]:.0f}% gives no interval (p-value 1 or a zero change)"
+                   if stop[2] else f"the drop's interval at {stop[1]:.0f}% straddles the tolerance "
+                   f"{tol} BLEU") + ": this evaluation subset cannot tell 'no loss' from a small loss")
+
+
+def _prunable_check(R: Rows, name: str, curve: list[dict], order: _ScaleOrder, eq: _Equivalence) -> dict:
+    ok_frac, ok_fr, stop, shown = _lossless_prefix(curve, eq)
+    passed, why = _prunable_decision(ok_frac, ok_fr, stop, eq.tol)
+    if name != order.supported:
+        passed, why = None, order.why_unsupported(name)
+    sd = R.metric("sharp_drop_fraction").where(order=name)
+    m_prunable, m_bert, m_sharp = _pub("michel_prunable_wmt"), _pub("michel_prunable_bert"), \
+        _pub("michel_sharp_drop_fraction")
+    return check(f"a substantial fraction of heads prunes ({ORDER_NAMES[name]}) without loss", passed,
+                 f"{ok_frac:.0f}% prunable within {eq.tol} BLEU (equivalence); "
+                 + "; ".join(shown[:6]) + (f"; steepest drop after {sd[0]['value']:.0f}%" if sd else "")
+                 + f" ({order.note})",
+                 f"{m_prunable}% (WMT), {m_bert}% (BERT) without noticeable loss; sharp drop past "
+                 f"~{m_sharp}% (Michel Fig. 3); need > {m_prunable}% with the drop's upper end < {eq.tol} BLEU",
+                 headline=name == order.supported,
+                 interval=f"(1 - {eq.alpha}) interval of each level's BLEU drop, from its paired-bootstrap "
+                          "p-value (normal approximation)", undecided_because=why,
+                 numbers=numbers(ok_frac, "% of heads prunable", paper=float(m_prunable), compare="difference"))
+
+
+def _l0_checks(R: Rows, eq: _Equivalence) -> list[dict]:
+    """Rule 4: some L0 run at Voita's head budget loses less than ``tol`` BLEU against the unpruned model and the
+    unpenalised fine-tune."""
+    kept = R.metric("l0_heads_kept").filter(lambda r: _finite(r["sweep"]["lam"]) and r["sweep"]["lam"] > 0)
+    if not kept:
+        return []
+    voita_pruned, voita_total = _pub("voita_wmt_heads_pruned"), _pub("voita_wmt_encoder_heads")
+    kept_max = (voita_total - voita_pruned) / voita_total
+    runs, states = [], []
+    for r in kept:
+        state, at_budget, text = _l0_run(R, r, eq, kept_max)
+        if at_budget:
+            states.append(state)
+        runs.append(text)
+    passed, why = _l0_decision(states, kept_max, eq.tol)
+    return [check("L0 gates reach a sparse head budget with a small BLEU loss", passed, "; ".join(runs),
+                  f"{voita_pruned} of {voita_total} encoder heads pruned for {_pub('voita_wmt_bleu_drop')} "
+                  f"BLEU (Voita Sec. 6); need a run keeping <= {100 * kept_max:.1f}% of its heads whose "
+                  f"drop's upper end is < {eq.tol} BLEU against the unpruned model and the unpenalised "
+                  "fine-tune", headline=True, undecided_because=why,
+                  numbers=numbers(_sparsest_kept_percent(kept), "% of heads kept (sparsest L0 run)",
+                                  paper=100 * (voita_total - voita_pruned) / voita_total, compare="difference"))]
+
+
+def _l0_run(R: Rows, r: dict, eq: _Equivalence, kept_max: float) -> tuple[bool | None, bool, str]:
+    """One penalised L0 run: its equivalence state against both references, whether it reached the budget, text."""
+    lam = r["sweep"]["lam"]
+    comps = R.metric("l0_bleu_delta").where(lam=lam) + R.metric("l0_bleu_delta_vs_control").where(lam=lam)
+    at_budget = _finite(r["value"], r["n"]) and r["n"] > 0 and r["value"] / r["n"] <= kept_max
+    st = [eq.decide(c["value"], c["sweep"].get("p_value"))[0] for c in comps]
+    state = both(*st) if st else None
+    text = (f"lambda {lam:g}: {r['value']:.0f}/{r['n']:.0f} kept" + (" (at the budget)" if at_budget else "") + ", "
+            + ", ".join(f"{c['value']:+.2f} (p={c['sweep'].get('p_value')})" for c in comps))
+    return state, at_budget, text
+
+
+def _l0_decision(states: list, kept_max: float, tol: float) -> tuple[bool | None, str | None]:
+    if not states:
+        return None, (f"no L0 run reached Voita's budget (at most {100 * kept_max:.0f}% of the gated heads "
+                      "kept): the lambdas set the sparsity, so the run did not make the paper's experiment")
+    if any(s is True for s in states):
+        return True, None
+    if all(s is False for s in states):
+        return False, None
+    return None, (f"at the budget, the BLEU drop's interval straddles the tolerance {tol} BLEU "
+                  "(against the unpruned model or the unpenalised fine-tune)")
+
+
+def _sparsest_kept_percent(kept: Rows) -> float | None:
+    fractions = [r["value"] / r["n"] for r in kept if _finite(r["value"], r["n"]) and r["n"] > 0]
+    return 100 * min(fractions) if fractions else None
+
+
+def _learned_gates(R: Rows, params: dict) -> list[dict]:
+    """Gate of rules 1-4: the unpruned model beats the copy baseline on the evaluation subset."""
+    base, copy_bl = R.metric("bleu_unpruned").where(subset="eval"), R.metric("bleu_copy_baseline").where(subset="eval")
+    if not (base and copy_bl):
+        return []
+    margin = params["verdict"]["min_bleu_over_copy"]
+    b0, c0 = base.value(), copy_bl.value()
+    return [gate("the unpruned model learned to translate", _finite(b0, c0) and b0 > c0 + margin,
+                 f"BLEU {b0:.2f} vs copying the source {c0:.2f} on the "
+                 f"{params['eval_sentences']}-sentence evaluation subset",
+                 f"more than {margin} BLEU above the copy baseline")]
+
+
+def _speedup_checks(R: Rows, params: dict) -> list[dict]:
+    """Rule 5: the pruned model's speed-up grows with batch size (decided on a GPU only)."""
+    sp = sorted(R.metric("speedup"), key=lambda r: r["sweep"]["batch"])
+    if len(sp) < 2:
+        return []
+    first, last = sp[0]["value"], sp[-1]["value"]
+    on_gpu = str(params.get("device")).startswith("cuda")
+    ok = _finite(first, last)
+    ref = ", ".join(f"+{_pub(f'michel_speedup_bs{b}')}% at bs {b}" for b in (1, 4, 16, 64))
+    return [check("the pruned model's speed-up grows with batch size",
+                  (last > first and last > 0) if (on_gpu and ok) else None,
+                  ", ".join(f"bs {r['sweep']['batch']}: {r['value']:+.1f}%" for r in sp),
+                  f"{ref} (Michel Table 4, GTX 1080Ti)",
+                  undecided_because=("a speed-up is not a number" if on_gpu else
+                                     "CPU stand-in: Michel measured GPU throughput, launch-bound at batch "
+                                     "1; a CPU speed-up follows the FLOPs at every batch size"))]
+
+
+def _setup_rows(params: dict, order: _ScaleOrder) -> list[dict]:
+    return setup_table(CLAIM, {**this_setup(params), "pruning order judged": order.note + (
+        "" if order.normalised_ok else f" (Michel's normalised order is reported beside it, undecided: with fewer "
+        f"than {order.paper_per_layer // 2} heads per layer its per-layer normalisation is a scale artefact)")})
 
 
 def this_setup(params: dict) -> dict:
@@ -722,9 +836,6 @@ def this_setup(params: dict) -> dict:
                        f"lambdas {l0['lambdas']}, {l0['steps']} fine-tune steps",
             "speed": f"heads physically removed ({100 * params['throughput']['prune_fraction']:.0f}%), batch sizes "
                      f"{params['throughput']['batch_sizes']}, device {params['device']}"}
-
-
-
 
 
 # ------------------------------------------------------------------------------------------------ run

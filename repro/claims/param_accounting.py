@@ -15,10 +15,10 @@ import torch
 
 from repro import registry
 from repro.io import metric
-from repro.verdicts import check, setup_table, verdict_from_checks
 from repro.model import DecoderLM, EncoderDecoder, EncoderModel, ModelConfig, active_parameters, count_by_slot
 from repro.model.ffn import swiglu_hidden
 from repro.model.hf_import import count_folder
+from repro.verdicts import Rows, check, numbers, setup_table, verdict_from_checks
 
 CLAIM = "param_accounting"
 log = logging.getLogger("repro.param_accounting")
@@ -84,13 +84,10 @@ def _num(x: float) -> str:
 def judge(rows: list[dict], params: dict, scale: str) -> dict:
     """Exact published figures must match exactly (HEADLINE); rounded ones within ``rounded_rel_tolerance``
     (secondary; the difference and the reason are shown)."""
-    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
     rel_tol = params["rounded_rel_tolerance"]
     notes = {name: spec.get("note", "") for name, spec in params["models"].items()}
     checks = []
-    for r in rows:
-        if not r.get("published_key"):
-            continue
+    for r in Rows(rows).filter(lambda r: r.get("published_key")):
         pub = registry.published(CLAIM, r["published_key"])
         m, p = r["value"], float(pub["value"])
         if pub["unit"] == "fraction" and r["unit"] == "percent":

@@ -25,17 +25,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from repro.config import resolve_device
-from repro.bench import kernels
-from repro.bench import timing
-from repro.io import metric
-from repro.verdicts import check, setup_table, verdict_from_checks
+from repro import registry
+from repro.bench import kernels, timing
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
+from repro.config import resolve_device
+from repro.io import metric
 from repro.model import BlockConfig, DecoderLM, ModelConfig
+from repro.verdicts import Rows, check, numbers, setup_table, verdict_from_checks
 
 CLAIM = "rmsnorm_speed"
 log = logging.getLogger("repro.rmsnorm_speed")
 PROVIDER_IMPL = {"torch": "torch", "eager": "manual", "compile": "compile", "triton": "triton"}  # op provider -> name
+KERNEL_TIME_RATIO = ("rmsnorm_vs_layernorm", "time_ratio")  # (op, metric) of the kernel sweep's paired-ratio rows
 
 
 # ----------------------------------------------------------------------------------------------- the op
@@ -60,7 +61,7 @@ def op_level(p: dict, device, out: Path) -> list[dict]:
             else:
                 rows.append(metric(CLAIM, "op_time", None, "s", op=r["op"], status=r["status"], reason=r["reason"],
                                    **common))
-        elif r["op"] == "rmsnorm_vs_layernorm" and r["metric"] == "time_ratio":
+        elif (r["op"], r["metric"]) == KERNEL_TIME_RATIO:
             rows.append(metric(CLAIM, "op_time_ratio_rms_over_ln", r["value"], "ratio", spread=r.get("value_iqr"),
                                n=r["n"], kind="ratio_time", **common))
             rows.append(metric(CLAIM, "op_time_reduction", 100 * (1 - r["value"]), "percent", n=r["n"],
@@ -125,7 +126,7 @@ def model_level(p: dict, device) -> list[dict]:
         rows.append(metric(CLAIM, "step_time", None, "s", norm=norm, impl=impl, status="skipped", reason=reason,
                            **common))
     for impl in p["model_impls"]:
-        pairs = [(f"rmsnorm/{impl}", "rms")] + ([(f"scalenorm/eager", "scale")] if impl == p["model_impls"][0] else [])
+        pairs = [(f"rmsnorm/{impl}", "rms")] + ([("scalenorm/eager", "scale")] if impl == p["model_impls"][0] else [])
         for name, short in pairs:
             if name in samples and f"layernorm/{impl}" in samples:
                 r = paired_ratios(samples, name, f"layernorm/{impl}")
@@ -154,35 +155,37 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
     (F.layer_norm is a fused kernel, F.rms_norm is not) and ScaleNorm (hand-written) against torch's fused
     LayerNorm. ``ratio_margin`` is not used: the floor is the paper's.
     """
-    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
-    from repro import registry
-
+    R, load = Rows(rows), load or {}
     floor, top = registry.published(CLAIM, "reduction_range")["value"]
-    paper_tf = [registry.published(CLAIM, k)["value"] for k in
-                ("transformer_ln_time", "transformer_rms_time", "transformer_reduction")]
-    load = load or {}
-    busy = timing.load_note(load)
-    spread_why = f"the reduction's interval straddles or touches the paper's {floor:g}% floor" + \
-        (f"; {busy}" if busy else "")
-    native_why = ("for information: torch's native LayerNorm (F.layer_norm) is a fused kernel, RMSNorm (F.rms_norm) "
-                  "is not; the paper compared both norms written in the same framework")
     expected = f"reduction > {floor:g}% (paper: {floor:g}%~{top:g}% over models and frameworks)"
+    by_impl = [*_op_checks(R, floor, expected), *_step_checks(R, floor, top, expected, timing.load_note(load))]
+    checks = [c for _, c in by_impl]
+    v = verdict_from_checks(CLAIM, checks, scale, setup=setup_table(CLAIM, this_setup(params)), load=load)
+    v["per_implementation"] = _per_implementation(R, by_impl, scale)
+    return v
 
-    ceiling, eps = 1 - floor / 100, 1e-9  # the floor as a time ratio; a ratio within eps of it is a tie
 
-    def decide(lo_ratio, hi_ratio):  # reduction interval from a ratio interval; strict at the floor, NaN undecided
-        r_lo, r_hi = 100 * (1 - hi_ratio), 100 * (1 - lo_ratio)
-        return (True if hi_ratio < ceiling - eps else False if lo_ratio > ceiling + eps else None), r_lo, r_hi
+NATIVE_WHY = ("for information: torch's native LayerNorm (F.layer_norm) is a fused kernel, RMSNorm (F.rms_norm) "
+              "is not; the paper compared both norms written in the same framework")
 
-    checks, per_impl = [], {}
-    op = {}
-    for r in rows:
-        if r["metric"] == "op_time_ratio_rms_over_ln" and r["sweep"].get("pass") == "fwd_bwd" and r["value"] is not None:
-            op.setdefault(r["sweep"]["provider"], []).append(r["value"])
-    for provider, ratios in op.items():
+
+def _decide(lo_ratio: float, hi_ratio: float, floor: float) -> tuple[bool | None, float, float]:
+    """(decision, reduction interval) from a time-ratio interval: holds when the whole reduction interval lies above
+    ``floor`` %, strict at the floor (a ratio within 1e-9 of it is a tie), NaN undecided."""
+    ceiling, eps = 1 - floor / 100, 1e-9  # the floor as a time ratio
+    r_lo, r_hi = 100 * (1 - hi_ratio), 100 * (1 - lo_ratio)
+    return (True if hi_ratio < ceiling - eps else False if lo_ratio > ceiling + eps else None), r_lo, r_hi
+
+
+def _op_checks(R: Rows, floor: float, expected: str) -> list[tuple[str, dict]]:
+    """(implementation, check) per op provider: the fwd+bwd time ratio over sizes x dtypes (quartiles)."""
+    out = []
+    op = R.metric("op_time_ratio_rms_over_ln").where(**{"pass": "fwd_bwd"}).measured().by("provider")
+    for provider, ratio_rows in op.items():
+        ratios = ratio_rows.values()
         med = statistics.median(ratios)
         lo, hi = statistics.quantiles(ratios, n=4)[0::2] if len(ratios) >= 2 else (med, med)
-        passed, r_lo, r_hi = decide(lo, hi)
+        passed, r_lo, r_hi = _decide(lo, hi, floor)
         native = provider == "torch"
         c = check(f"op fwd+bwd, {provider}: RMSNorm faster than LayerNorm" + (" (torch native ops)" if native else ""),
                   None if native else passed,
@@ -190,52 +193,71 @@ def judge(rows: list[dict], params: dict, scale: str, load: dict | None = None) 
                   f"{hi:.2f}, range {min(ratios):.2f}-{max(ratios):.2f}); reduction {100 * (1 - med):.1f}% "
                   f"(quartiles {r_lo:.1f}..{r_hi:.1f}%)", expected,
                   interval="quartiles over sizes x dtypes of the fwd+bwd ratio",
-                  undecided_because=native_why if native else
+                  undecided_because=NATIVE_WHY if native else
                   f"sizes and dtypes disagree (the quartiles straddle or touch the {floor:g}% floor)")
-        checks.append(c)
-        per_impl.setdefault(PROVIDER_IMPL.get(provider, provider), []).append(c)
-    for r in rows:
-        if r["metric"] == "step_time_ratio_rms_over_ln" and r["value"] is not None:
-            impl, med, iqr = r["sweep"]["impl"], r["value"], r["spread"] or 0.0
-            native = impl == "torch"
-            passed, r_lo, r_hi = decide(med - iqr / 2, med + iqr / 2)
-            c = check(f"model training step, norm_impl={impl}: RMSNorm faster than LayerNorm"
-                      + (" (torch native ops)" if native else " (both norms written the same way)"),
-                      None if native else passed,
-                      f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}% "
-                      f"(interval {r_lo:.1f}..{r_hi:.1f}%)",
-                      expected + f"; Transformer {paper_tf[2]:g}% ({paper_tf[0]:g} -> {paper_tf[1]:g} s/1k steps, "
-                      "V100)",
-                      headline=not native, interval="median +- IQR/2 of paired per-round ratios, as a reduction",
-                      undecided_because=native_why if native else spread_why,
-                      numbers=numbers(100 * (1 - med), "% less time", lo=r_lo, hi=r_hi, paper=floor,
-                                      paper_text=f"{floor:g}-{top:g}%", compare="difference"))
-            checks.append(c)
+        out.append((PROVIDER_IMPL.get(provider, provider), c))
+    return out
+
+
+def _step_checks(R: Rows, floor: float, top: float, expected: str, busy: str | None) -> list[tuple[str | None, dict]]:
+    """(implementation, check) per whole-model step ratio, in the rows' order: RMSNorm vs LayerNorm per
+    ``norm_impl`` (the headline where both are written the same way), ScaleNorm as context (no implementation)."""
+    spread_why = f"the reduction's interval straddles or touches the paper's {floor:g}% floor" + \
+        (f"; {busy}" if busy else "")
+    paper_tf = [registry.published(CLAIM, k)["value"] for k in
+                ("transformer_ln_time", "transformer_rms_time", "transformer_reduction")]
+
+    def rms(r):
+        impl, med, iqr = r["sweep"]["impl"], r["value"], r["spread"] or 0.0
+        native = impl == "torch"
+        passed, r_lo, r_hi = _decide(med - iqr / 2, med + iqr / 2, floor)
+        return impl, check(f"model training step, norm_impl={impl}: RMSNorm faster than LayerNorm"
+                           + (" (torch native ops)" if native else " (both norms written the same way)"),
+                           None if native else passed,
+                           f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}% "
+                           f"(interval {r_lo:.1f}..{r_hi:.1f}%)",
+                           expected + f"; Transformer {paper_tf[2]:g}% ({paper_tf[0]:g} -> {paper_tf[1]:g} s/1k "
+                           "steps, V100)",
+                           headline=not native, interval="median +- IQR/2 of paired per-round ratios, as a reduction",
+                           undecided_because=NATIVE_WHY if native else spread_why,
+                           numbers=numbers(100 * (1 - med), "% less time", lo=r_lo, hi=r_hi, paper=floor,
+                                           paper_text=f"{floor:g}-{top:g}%", compare="difference"))
+
+    def scale(r):
+        med, iqr = r["value"], r["spread"] or 0.0
+        return None, check("model training step: ScaleNorm vs LayerNorm (context)", None,
+                           f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}%",
+                           "Nguyen & Salazar: 'around 5% faster'",
+                           interval="median +- IQR/2 of paired per-round ratios",
+                           undecided_because="for information: the hand-written ScaleNorm is timed against "
+                                             "torch's fused native LayerNorm, not a norm written the same way")
+
+    build = {"step_time_ratio_rms_over_ln": rms, "step_time_ratio_scale_over_ln": scale}
+    return [build[r["metric"]](r) for r in R.metric(*build).measured()]
+
+
+def _per_implementation(R: Rows, by_impl: list[tuple[str | None, dict]], scale: str) -> dict:
+    """{implementation: {verdict, reason}}: each implementation's checks judged alone (its model step the headline,
+    else its op), and "not_applicable" for an implementation this machine skipped."""
+    per_impl: dict[str, list[dict]] = {}
+    for impl, c in by_impl:
+        if impl is not None:
             per_impl.setdefault(impl, []).append(c)
-        if r["metric"] == "step_time_ratio_scale_over_ln" and r["value"] is not None:
-            med, iqr = r["value"], r["spread"] or 0.0
-            checks.append(check("model training step: ScaleNorm vs LayerNorm (context)", None,
-                                f"paired ratio {med:.3f} (IQR {iqr:.3f}); reduction {100 * (1 - med):.1f}%",
-                                "Nguyen & Salazar: 'around 5% faster'",
-                                interval="median +- IQR/2 of paired per-round ratios",
-                                undecided_because="for information: the hand-written ScaleNorm is timed against "
-                                                  "torch's fused native LayerNorm, not a norm written the same way"))
-    extra = dict(setup=setup_table(CLAIM, this_setup(params)), load=load)
-    v = verdict_from_checks(CLAIM, checks, scale, **extra)
-    v["per_implementation"] = {}
+    out = {}
     for impl, cs in per_impl.items():
         has_step = any("model training step" in c["name"] for c in cs)
         cs = [{**c, "headline": "model training step" in c["name"] or not has_step} for c in cs]
         sub = verdict_from_checks(CLAIM, cs, scale)
-        v["per_implementation"][impl] = {"verdict": sub["verdict"], "reason": sub["reason"]}
-    skipped = sorted({r["sweep"]["provider"] for r in rows if r["metric"] == "op_time" and r["value"] is None}
-                     | {r["sweep"]["impl"] for r in rows if r["metric"] == "step_time" and r["value"] is None})
+        out[impl] = {"verdict": sub["verdict"], "reason": sub["reason"]}
+    unmeasured = R.filter(lambda r: r["value"] is None)
+    skipped = sorted({r["sweep"]["provider"] for r in unmeasured.metric("op_time")}
+                     | {r["sweep"]["impl"] for r in unmeasured.metric("step_time")})
     for impl in skipped:
-        reason = next((r["sweep"].get("reason") for r in rows if r["value"] is None and
-                       impl in (r["sweep"].get("provider"), r["sweep"].get("impl"))), "")
-        v["per_implementation"].setdefault(PROVIDER_IMPL.get(impl, impl),
-                                           {"verdict": "not_applicable", "reason": f"not measured here: {reason}"})
-    return v
+        row = unmeasured.filter(lambda r: impl in (r["sweep"].get("provider"), r["sweep"].get("impl"))).first()
+        reason = row["sweep"].get("reason") if row else ""
+        out.setdefault(PROVIDER_IMPL.get(impl, impl),
+                       {"verdict": "not_applicable", "reason": f"not measured here: {reason}"})
+    return out
 
 
 def this_setup(params: dict) -> dict:

@@ -33,9 +33,9 @@ Verdict (``judge``; the contract of ``repro.verdicts.verdict_from_checks``):
 
 - Gates: every check is undecided unless both warm-up controls at the highest learning rate (Post-LN and Pre-LN
   with the longest warm-up, main depth) learned: the final validation NLL of EVERY seed (each seed is one side of a
-  paired comparison) lies ``gate_nats`` below the unigram entropy, and (when ``gate_bleu`` is set) their mean greedy
-  BLEU lies ``gate_bleu`` above the copy-the-source baseline on the same sentences.  A model that learned nothing
-  cannot show that warm-up matters.
+  paired comparison) lies ``gate_nats`` below the unigram entropy, and their mean greedy BLEU lies strictly above the
+  copy-the-source baseline on the same sentences plus ``gate_bleu`` (null: a margin of 0), at every scale.  A model
+  that learned nothing cannot show that warm-up matters.
 - Headline (two checks, both at the highest learning rate, main depth): "Post-LN needs warm-up" (its no-warm-up
   minus warm-up NLL gap above ``post_gap_nats``) and "Pre-LN trains without warm-up" (the same gap below
   ``pre_tolerance_nats``).  Xiong et al.'s claim is the CONTRAST: either half alone is not it (Post-LN needing
@@ -52,25 +52,37 @@ Verdict (``judge``; the contract of ``repro.verdicts.verdict_from_checks``):
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import math
+import multiprocessing
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+import numpy as np
 import torch
 from filelock import FileLock
 from torch import nn
+from torch.nn.utils import parametrize
 
-from repro import artefacts
+from repro import artefacts, registry
+from repro.cli import setup_logging
+from repro.data.tokenizer import train_sentencepiece
 from repro.io import atomic_write_json, metric
-from repro.stats import sample_interval
-from repro.verdicts import both, check, decide_interval, gate, gated, setup_table, verdict_from_checks
 from repro.model import block, models
 from repro.progress import Progress
+from repro.stats import sample_interval
 from repro.train import loop
+from repro.train.bleu import bleu_report
+from repro.train.decode import DecodeConfig, decode_ids
+from repro.train.loop import OptimConfig, RunConfig, ScheduleConfig, train
+from repro.train.pipeline import batches_fn, build_model, encode_splits, load_data, load_tokenizer, valid_batches
+from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, setup_table,
+                            verdict_from_checks)
 
 CLAIM = "warmup_stability"
 ARTIFACTS = ("runs.json", "curves/*.csv")  # result files beside metrics.csv (declared in verdict.json; the plots read them)
@@ -94,8 +106,6 @@ def apply_fixnorm(model, g: float) -> None:
     """FixNorm on the shared (and tied) token embedding of an EncoderDecoder: both the input lookup and the tied
     output projection (``Decoder.logits`` reads ``embed.token.weight``) see the normalised rows.  Uses
     torch.nn.utils.parametrize, so repro.model is not changed."""
-    from torch.nn.utils import parametrize
-
     tokens = {id(m.embed.token): m.embed.token for m in (model.encoder, model.decoder)}
     for emb in tokens.values():
         parametrize.register_parametrization(emb, "weight", FixNormWeight(g))
@@ -175,8 +185,6 @@ def unigram_entropy(encoded, vocab_size: int) -> float:
     """Entropy (nats/token) of the unigram distribution of the training targets, end-of-sentence included (the
     tokens the validation NLL is measured on): the NLL of a model that learned token frequencies and nothing else.
     A model whose validation NLL is not clearly below it has not learned to translate."""
-    import numpy as np
-
     if not len(encoded):
         raise ValueError("unigram_entropy: no training pairs")
     ids = np.concatenate([np.asarray(t, dtype=np.int64) for t in encoded.tgt] +
@@ -194,8 +202,6 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
     section's tokenizer settings on both sides of the training split.  ``vocab_size`` (a text corpus only): this
     claim's own, smaller sentencepiece vocabulary, trained the same way into ``out`` (small models learn a
     1-2k-piece output layer in far fewer updates than the shared 8k one; every variant uses the same one)."""
-    from repro.train.pipeline import load_tokenizer
-
     path = params.get("tokenizer_path")
     bpe = tparams["corpus"].get("bpe_symbol")
     own = params.get("vocab_size")
@@ -210,8 +216,6 @@ def _tokenizer(params: dict, tparams: dict, corpus, out: Path):
         if not p.exists():
             raise FileNotFoundError(f"translation.corpus.path: {p} (the fairseq dictionary) does not exist")
         return load_tokenizer(p, bpe), str(p)
-    from repro.data.tokenizer import train_sentencepiece
-
     tk = tparams["tokenizer"]
     size = int(own or tk["vocab_size"])
     prefix = out / "tokenizer" / f"spm{size}"
@@ -248,7 +252,7 @@ def decay_from(params: dict) -> int:
     return warmup_lengths(params)[0]
 
 
-def schedule_of(params: dict, run: dict, ScheduleConfig):
+def schedule_of(params: dict, run: dict) -> ScheduleConfig:
     """One decay schedule for both arms, as the papers: lr * sqrt(W / step) after W = ``decay_from`` updates.
     The warm-up arm ramps linearly over its own warm-up (from ``warmup_init_lr``); the no-warm-up arm starts at the
     peak lr and holds it until W (a "ramp" from the peak to the peak), so the paired gap is warm-up alone."""
@@ -260,11 +264,6 @@ def schedule_of(params: dict, run: dict, ScheduleConfig):
 
 def train_one(params: dict, run: dict, tok, enc: dict, test: dict, out: Path, device: str) -> dict:
     """Train one configuration from scratch; returns its summary (losses, divergence, BLEU)."""
-    from repro.train.bleu import bleu_report
-    from repro.train.decode import DecodeConfig, decode_ids
-    from repro.train.loop import OptimConfig, RunConfig, ScheduleConfig, train
-    from repro.train.pipeline import batches_fn, build_model, valid_batches
-
     tr = params["training"]
     torch.manual_seed(run["seed"])
     model = build_model(_model_params(params, run), tok.vocab_size, tok.pad_id)  # fairseq Xavier init
@@ -272,7 +271,7 @@ def train_one(params: dict, run: dict, tok, enc: dict, test: dict, out: Path, de
         apply_fixnorm(model, params["scalenorm_fixnorm"]["fixnorm_g"])
     opt = OptimConfig(lr=run["lr"], betas=tuple(tr["betas"]), eps=tr["adam_eps"], weight_decay=tr["weight_decay"],
                       clip_norm=tr["clip_norm"], label_smoothing=tr["label_smoothing"])
-    sched = schedule_of(params, run, ScheduleConfig)
+    sched = schedule_of(params, run)
     rcfg = RunConfig(seed=run["seed"], max_steps=tr["max_steps"], max_minutes=tr.get("max_minutes"),
                      log_every=tr["log_every"], valid_every=tr["valid_every"], ckpt_every_steps=10 ** 9,
                      ckpt_every_minutes=1e9, explode_loss=tr["explode_loss"], progress=False)
@@ -364,16 +363,14 @@ def rows_from_summaries(summaries: list[dict], params: dict, data: dict | None =
 def _runs(rows: list[dict]) -> dict[str, dict]:
     """run name -> {sweep..., metric: value}, for the training runs (not the data rows)."""
     out: dict[str, dict] = {}
-    for r in rows:
-        if "norm" not in r["sweep"]:
-            continue
+    for r in Rows(rows).having("norm"):
         d = out.setdefault(r["sweep"]["run"], {"seed": 0, **r["sweep"]})
         d[r["metric"]] = r["value"]
     return out
 
 
 def _data(rows: list[dict]) -> dict[str, float]:
-    return {r["metric"]: r["value"] for r in rows if r["sweep"].get("run") == "data"}
+    return {r["metric"]: r["value"] for r in Rows(rows).where(run="data")}
 
 
 def _cfg_key(d: dict) -> tuple:
@@ -395,6 +392,10 @@ class Grid:
             if k[:4] == (norm, position, fixnorm, layers) and math.isclose(k[4], lr) and k[5] == warmup:
                 return v
         return {}
+
+    def layernorm(self, position: str, layers: int, lr: float, warmup: int = 0) -> dict[int, dict]:
+        """The LayerNorm (no FixNorm) runs of one configuration, by seed."""
+        return self.get("layernorm", position, False, layers, lr, warmup)
 
     def nll(self, d: dict) -> float:
         v = d.get("final_valid_nll")
@@ -444,8 +445,6 @@ def _check(name: str, xs: list[float], side: dict, measured: str, expected: str,
            paper_text: str | None = None) -> dict:
     """A check on the paired per-seed NLL gaps ``xs``; ``paper_text`` (headline checks): the paper's numbers beside
     the mean gap in the headline tables."""
-    from repro.verdicts import numbers  # judge-side (a module-top import would enter the measurement key)
-
     passed, because = _decide(xs, **side)
     nums = None
     if paper_text is not None and xs:
@@ -531,115 +530,138 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
 
 
 def judge(rows: list[dict], params: dict, scale: str) -> dict:
-    """Verdict from the measured runs (gates, headline and secondary checks as the module docstring says), with
-    two judge rules the docstring predates: the BLEU gate is on at every scale (each warm-up control's mean greedy
-    BLEU strictly above copying the source, plus ``gate_bleu`` when set; null means a margin of 0), and rows measured
-    before both arms shared one decay (no ``no_warmup_decay_from`` row) say on the page that the paired gap mixes
-    'no warm-up' with 'no decay'. Paper numbers in the checks come from the registry."""
-    from repro import registry
-
-    def pub(key):
-        return registry.published(CLAIM, key)["value"]
-
-    v = params["verdict"]
+    """Verdict from the measured runs: the gates, headline and secondary checks of the module docstring. Rows
+    measured before both arms shared one decay (no ``no_warmup_decay_from`` row) say on the page that the paired gap
+    mixes 'no warm-up' with 'no decay'. Paper numbers in the checks come from the registry."""
     data = _data(rows)
     H = data.get("unigram_entropy")
     if H is None or not math.isfinite(H):  # measured before the gate existed (--rejudge of an old run)
         H = math.nan
     g = Grid(rows, H)
     same_decay = bool(data.get("no_warmup_decay_from"))
-    L = params["model"]["n_encoder_layers"]
-    lrs = sorted(params["lrs"])
-    hi = lrs[-1]
-    w = warmup_lengths(params)[0]
+    checks = [_post_needs_warmup_check(g, params, same_decay), *_pre_without_warmup_checks(g, params),
+              _pre_beats_post_check(g, params), *_scalenorm_checks(g, params), *_depth_trend_checks(g, params)]
+    gs = gates(g, params, _copy_bleu(g))
+    checks = [gated(c, gs) for c in checks]
+    seeds = sorted({s for runs in g.by.values() for s in runs})
+    return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, seeds)),
+                               meaning=_meaning(scale, len(seeds), max(params["lrs"]), same_decay))
+
+
+def _pub(key: str):
+    return registry.published(CLAIM, key)["value"]
+
+
+def _copy_bleu(g: Grid) -> float | None:
+    """The copy-the-source BLEU on the test subset (the same sentences for every run): the first run's."""
     copies = [d.get("bleu_copy_baseline") for runs in g.by.values() for d in runs.values()
               if d.get("bleu_copy_baseline") is not None]
-    copy_bleu = copies[0] if copies else None
-    checks = []
+    return copies[0] if copies else None
 
-    def ln(position, lr=hi, warmup=0, layers=L):
-        return g.get("layernorm", position, False, layers, lr, warmup)
 
-    post_w, post_n, pre_w, pre_n = ln("post", warmup=w), ln("post"), ln("pre", warmup=w), ln("pre")
-    tol, gap = v["pre_tolerance_nats"], v["post_gap_nats"]
-    # headline: the contrast at the highest learning rate
-    xs = g.paired(post_n, post_w)
-    checks.append(_check(f"Post-LN needs warm-up at lr {hi:g}", xs, {"above": gap},
-                         f"no warm-up {g.describe(post_n)} vs warm-up {w}: {g.describe(post_w)}",
-                         f"no-warm-up NLL higher by > {gap} nats (or diverged) (Xiong Fig. 2, Adam lr "
-                         f"{' / '.join(f'{x:g}' for x in pub('xiong_adam_lrs'))}: {pub('xiong_postln_no_warmup_bleu')} "
-                         f"without vs ~{pub('xiong_postln_warmup_bleu'):g} BLEU with warm-up "
-                         f"{max(pub('xiong_warmup_steps'))}; warm-up {min(pub('xiong_warmup_steps'))} at lr "
-                         f"{max(pub('xiong_adam_lrs')):g}: {pub('xiong_postln_warmup500_lr1e3_bleu')} BLEU)"
-                         + ("" if same_decay else "; the no-warm-up arm also has no decay (setup)"), headline=True,
-                         paper_text=f"{pub('xiong_postln_no_warmup_bleu')} vs ~{pub('xiong_postln_warmup_bleu'):g} BLEU"))
+def _post_needs_warmup_check(g: Grid, params: dict, same_decay: bool) -> dict:
+    """Headline, first half of the contrast: Post-LN's no-warm-up minus warm-up NLL gap above ``post_gap_nats`` at
+    the highest learning rate."""
+    L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
+    gap = params["verdict"]["post_gap_nats"]
+    post_w, post_n = g.layernorm("post", L, hi, w), g.layernorm("post", L, hi)
+    return _check(f"Post-LN needs warm-up at lr {hi:g}", g.paired(post_n, post_w), {"above": gap},
+                  f"no warm-up {g.describe(post_n)} vs warm-up {w}: {g.describe(post_w)}",
+                  f"no-warm-up NLL higher by > {gap} nats (or diverged) (Xiong Fig. 2, Adam lr "
+                  f"{' / '.join(f'{x:g}' for x in _pub('xiong_adam_lrs'))}: {_pub('xiong_postln_no_warmup_bleu')} "
+                  f"without vs ~{_pub('xiong_postln_warmup_bleu'):g} BLEU with warm-up "
+                  f"{max(_pub('xiong_warmup_steps'))}; warm-up {min(_pub('xiong_warmup_steps'))} at lr "
+                  f"{max(_pub('xiong_adam_lrs')):g}: {_pub('xiong_postln_warmup500_lr1e3_bleu')} BLEU)"
+                  + ("" if same_decay else "; the no-warm-up arm also has no decay (setup)"), headline=True,
+                  paper_text=f"{_pub('xiong_postln_no_warmup_bleu')} vs ~{_pub('xiong_postln_warmup_bleu'):g} BLEU")
+
+
+def _pre_without_warmup_checks(g: Grid, params: dict) -> list[dict]:
+    """Pre-LN's no-warm-up minus warm-up gap below ``pre_tolerance_nats`` at each learning rate, highest first (the
+    headline's second half; the other learning rates secondary)."""
+    L, lrs, w = params["model"]["n_encoder_layers"], sorted(params["lrs"]), warmup_lengths(params)[0]
+    tol = params["verdict"]["pre_tolerance_nats"]
+    hi, checks = lrs[-1], []
     for lr in [hi] + [x for x in reversed(lrs) if x != hi]:
-        a, b = ln("pre", lr, warmup=w), ln("pre", lr)
-        xs = g.paired(b, a)
-        checks.append(_check(f"Pre-LN trains without warm-up at lr {lr:g}", xs, {"below": tol},
+        a, b = g.layernorm("pre", L, lr, w), g.layernorm("pre", L, lr)
+        checks.append(_check(f"Pre-LN trains without warm-up at lr {lr:g}", g.paired(b, a), {"below": tol},
                              f"no warm-up {g.describe(b)} vs warm-up {w}: {g.describe(a)}",
                              f"no-warm-up NLL within {tol} nats of warm-up (Xiong Sec. 3.2)", headline=lr == hi,
                              paper_text="trains without warm-up" if lr == hi else None))
-    # secondary
-    xs = g.paired(post_n, pre_n)
-    checks.append(_check(f"without warm-up Pre-LN beats Post-LN at lr {hi:g}", xs, {"above": gap},
-                         f"Post-LN {g.describe(post_n)} vs Pre-LN {g.describe(pre_n)}",
-                         f"Post-LN NLL higher by > {gap} nats (Xiong Fig. 2)"))
-    sn = [(k[4], runs) for k, runs in sorted(g.by.items()) if k[0] == "scalenorm" and k[2]]
-    for lr, runs in sn:
-        ref = ln("pre", lr, warmup=w) or pre_w
-        xs = g.paired(runs, ref)
-        checks.append(_check(f"PreNorm + ScaleNorm + FixNorm trains without warm-up at lr {lr:g}", xs,
-                             {"below": v["fail_margin_nats"]},
+    return checks
+
+
+def _pre_beats_post_check(g: Grid, params: dict) -> dict:
+    """Secondary: without warm-up, Post-LN's NLL above Pre-LN's by ``post_gap_nats`` at the highest learning rate."""
+    L, hi, gap = params["model"]["n_encoder_layers"], max(params["lrs"]), params["verdict"]["post_gap_nats"]
+    post_n, pre_n = g.layernorm("post", L, hi), g.layernorm("pre", L, hi)
+    return _check(f"without warm-up Pre-LN beats Post-LN at lr {hi:g}", g.paired(post_n, pre_n), {"above": gap},
+                  f"Post-LN {g.describe(post_n)} vs Pre-LN {g.describe(pre_n)}",
+                  f"Post-LN NLL higher by > {gap} nats (Xiong Fig. 2)")
+
+
+def _scalenorm_checks(g: Grid, params: dict) -> list[dict]:
+    """Secondary (Nguyen & Salazar): PreNorm + ScaleNorm + FixNorm without warm-up within ``fail_margin_nats`` of
+    the Pre-LN warm-up control, per learning rate."""
+    L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
+    margin = params["verdict"]["fail_margin_nats"]
+    checks = []
+    for lr, runs in [(k[4], runs) for k, runs in sorted(g.by.items()) if k[0] == "scalenorm" and k[2]]:
+        ref = g.layernorm("pre", L, lr, w) or g.layernorm("pre", L, hi, w)
+        checks.append(_check(f"PreNorm + ScaleNorm + FixNorm trains without warm-up at lr {lr:g}", g.paired(runs, ref),
+                             {"below": margin},
                              f"{g.describe(runs)} vs Pre-LN (LayerNorm) with warm-up {w}: {g.describe(ref)}",
-                             f"NLL within {v['fail_margin_nats']} nats of the Pre-LN warm-up control "
+                             f"NLL within {margin} nats of the Pre-LN warm-up control "
                              "(Nguyen & Salazar: trains without warm-up)"))
-    dl = params["depth"]["lr"]
+    return checks
+
+
+def _depth_trend_checks(g: Grid, params: dict) -> list[dict]:
+    """Secondary (Nguyen & Salazar Table 5): without warm-up, Post-LN's gap to Pre-LN above ``post_gap_nats`` at the
+    deepest stack and larger there than at the shallowest (paired by seed); none with fewer than two depths."""
+    gap, dl = params["verdict"]["post_gap_nats"], params["depth"]["lr"]
     depths = sorted({k[3] for k in g.by if k[0] == "layernorm" and k[5] == 0 and math.isclose(k[4], dl)})
-    trend = [(D, ln("post", dl, layers=D), ln("pre", dl, layers=D)) for D in depths]
+    trend = [(D, g.layernorm("post", D, dl), g.layernorm("pre", D, dl)) for D in depths]
     trend = [(D, po, pr) for D, po, pr in trend if po and pr]
-    if len(trend) >= 2:
-        (D0, po0, pr0), (D1, po1, pr1) = trend[0], trend[-1]
-        g0, g1 = g.paired(po0, pr0), g.paired(po1, pr1)
-        seeds = sorted(set(po0) & set(pr0) & set(po1) & set(pr1))
-        growth = [(g.nll(po1[s]) - g.nll(pr1[s])) - (g.nll(po0[s]) - g.nll(pr0[s])) for s in seeds]
-        p_deep, why_deep = _decide(g1, above=gap)
-        p_grow, why_grow = _decide(growth, above=0.0)
-        passed = both(p_deep, p_grow)
-        checks.append(check(
-            f"no warm-up: Post-LN fails at {D1}+{D1} layers where Pre-LN trains, more than at {D0}+{D0}",
-            passed,
-            "; ".join(f"{D}+{D} layers: Post {g.describe(po)}, Pre {g.describe(pr)}" for D, po, pr in trend)
-            + f"; Post - Pre gap {_ms(g1)} at {D1} vs {_ms(g0)} at {D0} layers",
-            f"Post - Pre NLL gap > {gap} nats at the main depth and larger than at the shallowest (Nguyen & Salazar "
-            f"Table 5, {registry.published(CLAIM, 'nguyen_no_warmup_postnorm_dev_bleu')['setup']}: PostNorm "
-            f"{' / '.join('fails' if x is None else f'{x:g}' for x in pub('nguyen_no_warmup_postnorm_dev_bleu'))} "
-            f"vs PreNorm {' / '.join(f'{x:g}' for x in pub('nguyen_no_warmup_prenorm_dev_bleu'))} BLEU)",
-            interval=(f"deepest gap: {_ci(g1)}; growth: {_ci(growth)}" if len(g1) >= 2 and len(growth) >= 2
-                      else None),
-            undecided_because="; ".join(x for x in (why_deep, why_grow) if x) or None))
-    gs = gates(g, params, copy_bleu)
-    checks = [gated(c, gs) for c in checks]
-    seeds = sorted({s for runs in g.by.values() for s in runs})
-    meaning = (f"At the {scale} scale with the setup above, over {len(seeds)} seed(s): reproduced = both "
-               f"warm-up controls learned (gates), Post-LN without warm-up ended clearly worse than with it at lr "
-               f"{hi:g} while Pre-LN without warm-up did not (95% intervals of the paired per-seed NLL gaps), and "
-               f"every decided secondary check held; partially = that contrast held and a secondary failed; "
-               f"not_reproduced = a half of the contrast failed with its interval; inconclusive = a control did not "
-               f"learn or an interval straddles its threshold. "
-               + ("Both arms share one decay schedule, so each gap is the warm-up alone. " if same_decay else
-                  "The no-warm-up arm also kept a constant lr while the warm-up arm decayed, so each gap mixes "
-                  "'no warm-up' with 'no decay' (setup). ")
-               + "A small model and a short run, not the paper's scale.")
-    return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, seeds)),
-                               meaning=meaning)
+    if len(trend) < 2:
+        return []
+    (D0, po0, pr0), (D1, po1, pr1) = trend[0], trend[-1]
+    g0, g1 = g.paired(po0, pr0), g.paired(po1, pr1)
+    seeds = sorted(set(po0) & set(pr0) & set(po1) & set(pr1))
+    growth = [(g.nll(po1[s]) - g.nll(pr1[s])) - (g.nll(po0[s]) - g.nll(pr0[s])) for s in seeds]
+    p_deep, why_deep = _decide(g1, above=gap)
+    p_grow, why_grow = _decide(growth, above=0.0)
+    return [check(
+        f"no warm-up: Post-LN fails at {D1}+{D1} layers where Pre-LN trains, more than at {D0}+{D0}",
+        both(p_deep, p_grow),
+        "; ".join(f"{D}+{D} layers: Post {g.describe(po)}, Pre {g.describe(pr)}" for D, po, pr in trend)
+        + f"; Post - Pre gap {_ms(g1)} at {D1} vs {_ms(g0)} at {D0} layers",
+        f"Post - Pre NLL gap > {gap} nats at the main depth and larger than at the shallowest (Nguyen & Salazar "
+        f"Table 5, {registry.published(CLAIM, 'nguyen_no_warmup_postnorm_dev_bleu')['setup']}: PostNorm "
+        f"{' / '.join('fails' if x is None else f'{x:g}' for x in _pub('nguyen_no_warmup_postnorm_dev_bleu'))} "
+        f"vs PreNorm {' / '.join(f'{x:g}' for x in _pub('nguyen_no_warmup_prenorm_dev_bleu'))} BLEU)",
+        interval=(f"deepest gap: {_ci(g1)}; growth: {_ci(growth)}" if len(g1) >= 2 and len(growth) >= 2
+                  else None),
+        undecided_because="; ".join(x for x in (why_deep, why_grow) if x) or None)]
+
+
+def _meaning(scale: str, n_seeds: int, hi: float, same_decay: bool) -> str:
+    """The page's "What this verdict means" line."""
+    return (f"At the {scale} scale with the setup above, over {n_seeds} seed(s): reproduced = both "
+            f"warm-up controls learned (gates), Post-LN without warm-up ended clearly worse than with it at lr "
+            f"{hi:g} while Pre-LN without warm-up did not (95% intervals of the paired per-seed NLL gaps), and "
+            f"every decided secondary check held; partially = that contrast held and a secondary failed; "
+            f"not_reproduced = a half of the contrast failed with its interval; inconclusive = a control did not "
+            f"learn or an interval straddles its threshold. "
+            + ("Both arms share one decay schedule, so each gap is the warm-up alone. " if same_decay else
+               "The no-warm-up arm also kept a constant lr while the warm-up arm decayed, so each gap mixes "
+               "'no warm-up' with 'no decay' (setup). ")
+            + "A small model and a short run, not the paper's scale.")
 
 
 # ------------------------------------------------------------------------------------------------------------- run
 def prepare(params: dict, scale: str, out: Path) -> dict:
     """Corpus, tokenizer, encoded splits, the test subset and the data rows' values (what every run shares)."""
-    from repro.train.pipeline import encode_splits, load_data
-
     tparams = artefacts.translation_params(params, scale)
     corpus = load_data(tparams)  # fails first, naming translation.corpus.path, when the data path is missing
     if params["device"] == "cuda" and not torch.cuda.is_available():
@@ -669,8 +691,6 @@ _WORKER: dict = {}
 
 def _worker_init(params: dict, scale: str, out: str) -> None:
     """A worker process: one torch thread, the shared data prepared once (the tokenizer the parent resolved)."""
-    from repro.claims._cli import setup_logging
-
     setup_logging()
     torch.set_num_threads(1)
     _WORKER.update(params=params, out=Path(out), **prepare(params, scale, Path(out)))
@@ -729,9 +749,6 @@ def _train_runs(params: dict, scale: str, out: Path, shared: dict, plan: list[di
 
     workers = min(int(params.get("workers") or 1), len(todo), max(1, torch.get_num_threads()))
     if workers > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
         wparams = {**params, "tokenizer_path": shared["tok_path"], "vocab_size": None}  # the tokenizer made above
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_worker_init, initargs=(wparams, scale, str(out))) as ex:
@@ -802,8 +819,6 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
 
 def _head(encoded, n: int):
     """The first ``n`` pairs of an EncodedCorpus (validation subset)."""
-    import dataclasses
-
     return dataclasses.replace(encoded, src=encoded.src[:n], tgt=encoded.tgt[:n], index=encoded.index[:n])
 
 

@@ -1,4 +1,4 @@
-"""Data for the translation claims (issue 4): corpus extraction and loading, sentencepiece
+"""Data for the translation claims: corpus extraction and loading, sentencepiece
 tokenizer, token-based batching, fairseq dictionary and indexed-dataset formats.
 
 Submodules: :mod:`.mo` (gettext .mo reader/writer), :mod:`.gettext_corpus` (default de-en corpus

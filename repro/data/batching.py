@@ -1,4 +1,4 @@
-"""Token-id encoding and token-based batching for the translation claims (issue 4).
+"""Token-id encoding and token-based batching for the translation claims.
 
 Batches are formed like fairseq's ``--max-tokens`` (Ott et al. 2019, used by the head-pruning,
 warm-up and layer-dropping papers): sentences sorted by length, then cut greedily so that

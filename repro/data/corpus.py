@@ -1,4 +1,4 @@
-"""Loading translation corpora for the BLEU claims (issue 4): the committed gettext corpus
+"""Loading translation corpora for the BLEU claims: the committed gettext corpus
 (see :mod:`repro.data.gettext_corpus`), directories of raw parallel text, single file pairs.
 
 Head pruning (Michel et al. 2019, Table/Fig. 1-4), warm-up stability (Xiong et al. 2020) and

@@ -2,7 +2,7 @@
 
 Paper-scale runs of the BLEU claims (head pruning, Michel et al. 2019, on IWSLT14 de-en and
 WMT; warm-up, Xiong et al. 2020, on IWSLT14 de-en) read a ``data-bin`` directory made by
-``fairseq-preprocess`` directly, and the fairseq checkpoint import (issue 4) reuses
+``fairseq-preprocess`` directly, and the fairseq checkpoint import (repro.train.fairseq_import) reuses
 :class:`FairseqDictionary`.  Written from the format, not from fairseq's code, and checked
 against fairseq's layout:
 

@@ -1,4 +1,4 @@
-"""Default translation corpus for issue 4: sentence pairs from installed gettext catalogs.
+"""Default translation corpus of the BLEU claims: sentence pairs from installed gettext catalogs.
 
 The BLEU-based claims (head pruning, Michel et al. 2019 / Voita et al. 2019; warm-up stability,
 Xiong et al. 2020; layer dropping, Fan et al. 2020) need an encoder-decoder trained on real text.

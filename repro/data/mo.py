@@ -1,6 +1,6 @@
 """Reader and writer for GNU gettext binary message catalogs (``.mo`` files).
 
-Used to build the default German-English corpus (issue 4) from the translated message
+Used to build the default German-English corpus of the BLEU claims from the translated message
 catalogs of Debian packages, the construction behind OPUS's GNOME/KDE/Ubuntu corpora
 (Tiedemann, "Parallel Data, Tools and Interfaces in OPUS", LREC 2012).
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from repro.data.batching import Batch
+
 
 def read_lines(path: str | Path) -> list[str]:
     """The stripped non-empty lines of a UTF-8 text file."""
@@ -55,11 +57,9 @@ def random_segments(ids: np.ndarray, n: int, seq_len: int, seed: int) -> list[np
     return [ids[s:s + seq_len] for s in starts.tolist()]
 
 
-def lm_batch(tokens) -> "Batch":
+def lm_batch(tokens) -> Batch:
     """A decoder-only batch (1, T) of consecutive tokens: ``tgt_in`` = tokens[:-1], ``tgt_out`` = tokens[1:], no
     padding (``src`` is empty)."""
-    from .batching import Batch
-
     t = torch.as_tensor(np.asarray(tokens), dtype=torch.long).reshape(1, -1)
     z = torch.zeros(1, 0, dtype=torch.long)
     return Batch(z, t[:, :-1], t[:, 1:], z.bool(), torch.zeros(1, t.shape[1] - 1, dtype=torch.bool),

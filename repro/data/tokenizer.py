@@ -1,4 +1,4 @@
-"""Joint sentencepiece vocabulary for the translation claims (issue 4).
+"""Joint sentencepiece vocabulary for the translation claims.
 
 The head-pruning, warm-up and layer-dropping papers (Michel et al. 2019; Xiong et al. 2020;
 Fan et al. 2020) train on joint subword vocabularies over both languages; here a sentencepiece

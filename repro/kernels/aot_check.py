@@ -23,6 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from . import attention as A
+from . import norms as Nm
+
 _TL = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 # Pointer arguments: fp32 statistics / buffers whatever the data dtype, and the data pointers.
 _FP32_PTRS = {"Mean", "Rstd", "DW", "DB", "LSE", "DELTA"}
@@ -68,11 +76,6 @@ def _resources(cubin: bytes, tools: Path) -> dict:
 
 def variants(quick: bool = False):
     """(name, kernel, dtype, constexprs, num_warps, num_stages) for what the launchers launch on GPU."""
-    import torch
-
-    from . import attention as A
-    from . import norms as Nm
-
     dtypes = ("bfloat16",) if quick else ("bfloat16", "float16", "float32")
     hidden = (4096, 11008) if quick else (512, 2048, 4096, 8192, 11008, 32768, 65536)
     for dt in dtypes:
@@ -118,10 +121,6 @@ def main(argv=None) -> int:
         env = {**os.environ, "TRITON_INTERPRET": "0"}
         argv = sys.argv[1:] if argv is None else list(argv)
         return subprocess.run([sys.executable, "-m", "repro.kernels.aot_check", *argv], env=env).returncode
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     target = GPUTarget("cuda", args.arch, 32)
     limit = SMEM_LIMIT.get(args.arch)

@@ -1,4 +1,4 @@
-"""Import Hugging Face checkpoint folders into the shared block (issue 17).
+"""Import Hugging Face checkpoint folders into the shared block.
 
 At paper scale the claims run on the published models themselves, read from a local folder (no hub access at run
 time): Llama-2 / Mistral for layer pruning (Gromov et al. 2025, Men et al. 2025), OPT and Llama for the quantization

@@ -35,7 +35,7 @@ def rms_norm_manual(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 
 def _triton():
     try:
-        from repro import kernels
+        from repro import kernels  # lazy: imports triton, needed only by norm_impl "triton"
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(f"block.norm_impl: 'triton' needs repro.kernels and triton ({exc})") from exc
     return kernels

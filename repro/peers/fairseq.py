@@ -1,4 +1,4 @@
-"""Training and decoding throughput of the suite against fairseq itself (issue 18, item 3).
+"""Training and decoding throughput of the suite against fairseq itself.
 
 ``python -m repro.peers.fairseq --fairseq-venv PATH [--scale default] [--repeats 3] [--updates 40]
 [--sentences 256] [--threads N]``
@@ -38,12 +38,24 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from repro.peers.throughput import commit_text, side_by_side, side_by_side_rows, tokenizer_for
+from repro import config
+from repro.bench.fingerprint import fingerprint
+from repro.data import batch_indices, collate
+from repro.data.fairseq_io import write_fairseq_dictionary, write_indexed_dataset
+from repro.io import atomic_write_json, atomic_write_text, write_results
+from repro.peers.throughput import commit_text, encoded_corpus, side_by_side, side_by_side_rows
+from repro.train.decode import DecodeConfig, decode_ids
+from repro.train.fairseq_import import import_fairseq_checkpoint
+from repro.train.loop import RunConfig, configs_from_params, train
+from repro.train.pipeline import build_model
+from repro.verdicts import verdict
 
 log = logging.getLogger("repro.peers.fairseq")
 CLAIM = "fairseq_peer"
@@ -65,8 +77,6 @@ def fairseq_ids(ids, pad: int, unk: int, bos: int, eos: int) -> np.ndarray:
 
 def write_data_bin(dest: Path, enc: dict, vocab: int, tok, test_src: list) -> None:
     """A fairseq data-bin (joined dictionary of placeholder symbols: only the ids matter) of the encoded splits."""
-    from repro.data.fairseq_io import write_fairseq_dictionary, write_indexed_dataset
-
     dest.mkdir(parents=True, exist_ok=True)
     specials = dict(pad=tok.pad_id, unk=tok.unk_id, bos=tok.bos_id, eos=tok.eos_id)
     symbols = [f"w{i}" for i in range(4, vocab)]
@@ -164,18 +174,109 @@ def fairseq_generate(venv, data: Path, ckpt: Path, dcfg, beam: int, threads: int
     return tokens / max(seconds, 1e-9), tokens, [hyps.get(i) for i in range(len(hyps))]
 
 
+@dataclass
+class _Workload:
+    """Both sides' inputs: the suite's tokenizer, encoded splits and test sources, the data-bin fairseq reads, the
+    suite's first ``updates + 1`` training batches, its optimizer and schedule, and its freshly built model."""
+    tok: Any
+    test: list
+    data: Path
+    batches: list
+    opt_c: Any
+    sch_c: Any
+    model: Any
+
+
+def _workload(params: dict, scale: str, work: Path, hw: str, sentences: int, updates: int) -> _Workload:
+    tr = params["training"]
+    tok, _, corpus, enc = encoded_corpus(params, scale, work, hw)
+    test = [list(e) + [tok.eos_id] for e in tok.encode_batch([s for s, _ in corpus.test[:sentences]])]
+    data = work / "data-bin"
+    write_data_bin(data, enc, tok.vocab_size, tok, test)
+    epoch = batch_indices(enc["train"], tr["max_tokens"], shuffle=True, seed=tr["seed"])
+    batches = [collate(enc["train"], pos) for pos in epoch[:updates + 1]]
+    opt_c, sch_c, _ = configs_from_params(tr)
+    torch.manual_seed(tr["seed"])
+    model = build_model(params["model"], tok.vocab_size, tok.pad_id)
+    return _Workload(tok, test, data, batches, opt_c, sch_c, model)
+
+
+def _suite_train_rate(w: _Workload, seed: int) -> float:
+    """Target tokens per second of the suite's loop over ``w.batches[1:]``, after one untimed warm-up update."""
+    first, rest = w.batches[:1], w.batches[1:]
+    rc = lambda n: RunConfig(seed=seed, max_steps=n, log_every=10 ** 9, valid_every=10 ** 9,
+                             ckpt_every_steps=10 ** 9, ckpt_every_minutes=1e9, progress=False,
+                             progress_every_s=1e9, explode_loss=1e9)
+    train(w.model, lambda e: first, None, w.opt_c, w.sch_c, rc(1), device="cpu")  # warm-up update, not timed
+    t0 = time.perf_counter()
+    n = train(w.model, lambda e: rest, None, w.opt_c, w.sch_c, rc(len(rest)), device="cpu").train_tokens
+    return n / (time.perf_counter() - t0)
+
+
+def _train_rates(venv: Path, params: dict, w: _Workload, ckpt_dir: Path, repeats: int, updates: int, threads: int,
+                 work: Path) -> dict:
+    """Training rates of both sides per repeat, alternating which goes first; the last fairseq-train repeat saves
+    its checkpoint in ``ckpt_dir`` (the weights both sides decode with)."""
+    rates: dict = {k: [] for k in ("train_suite", "train_fairseq")}
+    for r in range(repeats):
+        last = r == repeats - 1
+        fs_args = fairseq_train_args(params, w.data, ckpt_dir if last else None, updates)
+
+        def fs_train():
+            return fairseq_wps(_fs(venv, "train", fs_args, threads, work / f"fairseq-train-{r}.log"))
+
+        order = (("train_suite", lambda: _suite_train_rate(w, params["training"]["seed"])), ("train_fairseq", fs_train))
+        for key, fn in (order if r % 2 == 0 else order[::-1]):
+            rates[key].append(fn())
+        log.info("train repeat %d: suite %.0f, fairseq %.0f target tokens/s", r, rates["train_suite"][-1],
+                 rates["train_fairseq"][-1])
+    return rates
+
+
+def _decode_rates(venv: Path, params: dict, w: _Workload, ckpt: Path, repeats: int, threads: int, work: Path,
+                  rates: dict) -> tuple[dict, dict]:
+    """Greedy and beam decoding rates of both sides on fairseq's checkpoint ``ckpt`` (imported into the suite),
+    added to ``rates``; returns (fraction of equal hypotheses, mean tokens per sentence) per decoder and side."""
+    tok = w.tok
+    imp = import_fairseq_checkpoint(ckpt, w.data / "dict.de.txt", w.data / "dict.en.txt")
+    specials = dict(pad=tok.pad_id, unk=tok.unk_id, bos=tok.bos_id, eos=tok.eos_id)
+    src_fs = [list(map(int, fairseq_ids(s, **specials))) for s in w.test]
+    ev = params["eval"]
+    same, lengths = {}, {}
+    for kind in ("greedy", "beam"):
+        dcfg = DecodeConfig.from_params({**ev, "decoder": kind})  # fairseq's greedy is --beam 1
+        fs_beam = 1 if kind == "greedy" else dcfg.beam
+        rates[f"{kind}_suite"], rates[f"{kind}_fairseq"] = [], []
+        hyps = {}
+        for r in range(repeats):
+            def suite_decode():
+                t0 = time.perf_counter()
+                ids, _ = decode_ids(imp.model, src_fs, imp.bos_id, 2, 1, dcfg, vocab_limit=imp.tgt_vocab)
+                hyps["suite"] = ids
+                lengths[(kind, "suite")] = sum(len(h) + 1 for h in ids) / len(ids)
+                return sum(len(h) + 1 for h in ids) / (time.perf_counter() - t0)
+
+            def fs_decode():
+                rate, n, h = fairseq_generate(venv, w.data, ckpt, dcfg, fs_beam, threads,
+                                              work / f"fairseq-generate-{kind}-{r}.log")
+                hyps["fairseq"] = h
+                lengths[(kind, "fairseq")] = n / max(len(h), 1)
+                return rate
+
+            order = ((f"{kind}_suite", suite_decode), (f"{kind}_fairseq", fs_decode))
+            for key, fn in (order if r % 2 == 0 else order[::-1]):
+                rates[key].append(fn())
+            log.info("%s repeat %d: suite %.0f, fairseq %.0f tokens/s", kind, r, rates[f"{kind}_suite"][-1],
+                     rates[f"{kind}_fairseq"][-1])
+        # equal up to the shorter length cap: fairseq 0.12 caps every sentence of a batch at max_len_a times the
+        # padded batch width + b, the suite each sentence at its own length (the same rule per sentence)
+        pairs = [(a, b) for a, b in zip(hyps["suite"], hyps["fairseq"]) if b is not None]
+        same[kind] = sum(a[:len(b)] == b[:len(a)] for a, b in pairs) / max(len(pairs), 1)
+    return same, lengths
+
+
 def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40, sentences: int = 256,
         threads: int | None = None, out: Path | None = None, report: Path | None = None) -> dict:
-    from repro import config
-    from repro.bench.fingerprint import fingerprint
-    from repro.io import atomic_write_json, atomic_write_text, write_results
-    from repro.verdicts import verdict
-    from repro.data import batch_indices, collate
-    from repro.train.decode import DecodeConfig, decode_ids
-    from repro.train.fairseq_import import import_fairseq_checkpoint
-    from repro.train.loop import RunConfig, configs_from_params, train
-    from repro.train.pipeline import build_model, encode_splits, load_data, load_tokenizer
-
     venv = Path(venv)
     if not (venv / "bin" / "python").exists():
         raise FileNotFoundError(f"--fairseq-venv: {venv}/bin/python does not exist")
@@ -190,80 +291,11 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        tr = params["training"]
-        tok_path, _ = tokenizer_for(params, scale, work, hw)
-        tok = load_tokenizer(tok_path, params["corpus"].get("bpe_symbol"))
-        corpus = load_data(params)
-        enc = encode_splits(params, tok, corpus, tr["max_len"])
-        test = [list(e) + [tok.eos_id] for e in tok.encode_batch([s for s, _ in corpus.test[:sentences]])]
-        data = work / "data-bin"
-        write_data_bin(data, enc, tok.vocab_size, tok, test)
-        epoch = batch_indices(enc["train"], tr["max_tokens"], shuffle=True, seed=tr["seed"])
-        batches = [collate(enc["train"], pos) for pos in epoch[:updates + 1]]
-        opt_c, sch_c, _ = configs_from_params(tr)
-        torch.manual_seed(tr["seed"])
-        model = build_model(params["model"], tok.vocab_size, tok.pad_id)
+        w = _workload(params, scale, work, hw, sentences, updates)
         load_before = os.getloadavg()
-
-        def suite_train() -> float:
-            first, rest = batches[:1], batches[1:]
-            rc = lambda n: RunConfig(seed=tr["seed"], max_steps=n, log_every=10 ** 9, valid_every=10 ** 9,
-                                     ckpt_every_steps=10 ** 9, ckpt_every_minutes=1e9, progress=False,
-                                     progress_every_s=1e9, explode_loss=1e9)
-            train(model, lambda e: first, None, opt_c, sch_c, rc(1), device="cpu")  # warm-up update, not timed
-            t0 = time.perf_counter()
-            n = train(model, lambda e: rest, None, opt_c, sch_c, rc(len(rest)), device="cpu").train_tokens
-            return n / (time.perf_counter() - t0)
-
-        rates: dict = {k: [] for k in ("train_suite", "train_fairseq")}
         ckpt_dir = work / "checkpoint"
-        for r in range(repeats):
-            last = r == repeats - 1
-            fs_args = fairseq_train_args(params, data, ckpt_dir if last else None, updates)
-
-            def fs_train():
-                return fairseq_wps(_fs(venv, "train", fs_args, threads, work / f"fairseq-train-{r}.log"))
-
-            order = (("train_suite", suite_train), ("train_fairseq", fs_train))
-            for key, fn in (order if r % 2 == 0 else order[::-1]):
-                rates[key].append(fn())
-            log.info("train repeat %d: suite %.0f, fairseq %.0f target tokens/s", r, rates["train_suite"][-1],
-                     rates["train_fairseq"][-1])
-
-        imp = import_fairseq_checkpoint(ckpt_dir / "checkpoint_last.pt", data / "dict.de.txt", data / "dict.en.txt")
-        specials = dict(pad=tok.pad_id, unk=tok.unk_id, bos=tok.bos_id, eos=tok.eos_id)
-        src_fs = [list(map(int, fairseq_ids(s, **specials))) for s in test]
-        ev = params["eval"]
-        same, lengths = {}, {}
-        for kind in ("greedy", "beam"):
-            dcfg = DecodeConfig.from_params({**ev, "decoder": kind})  # fairseq's greedy is --beam 1
-            fs_beam = 1 if kind == "greedy" else dcfg.beam
-            rates[f"{kind}_suite"], rates[f"{kind}_fairseq"] = [], []
-            hyps = {}
-            for r in range(repeats):
-                def suite_decode():
-                    t0 = time.perf_counter()
-                    ids, _ = decode_ids(imp.model, src_fs, imp.bos_id, 2, 1, dcfg, vocab_limit=imp.tgt_vocab)
-                    hyps["suite"] = ids
-                    lengths[(kind, "suite")] = sum(len(h) + 1 for h in ids) / len(ids)
-                    return sum(len(h) + 1 for h in ids) / (time.perf_counter() - t0)
-
-                def fs_decode():
-                    rate, n, h = fairseq_generate(venv, data, ckpt_dir / "checkpoint_last.pt", dcfg, fs_beam,
-                                                  threads, work / f"fairseq-generate-{kind}-{r}.log")
-                    hyps["fairseq"] = h
-                    lengths[(kind, "fairseq")] = n / max(len(h), 1)
-                    return rate
-
-                order = ((f"{kind}_suite", suite_decode), (f"{kind}_fairseq", fs_decode))
-                for key, fn in (order if r % 2 == 0 else order[::-1]):
-                    rates[key].append(fn())
-                log.info("%s repeat %d: suite %.0f, fairseq %.0f tokens/s", kind, r, rates[f"{kind}_suite"][-1],
-                         rates[f"{kind}_fairseq"][-1])
-            # equal up to the shorter length cap: fairseq 0.12 caps every sentence of a batch at max_len_a times the
-            # padded batch width + b, the suite each sentence at its own length (the same rule per sentence)
-            pairs = [(a, b) for a, b in zip(hyps["suite"], hyps["fairseq"]) if b is not None]
-            same[kind] = sum(a[:len(b)] == b[:len(a)] for a, b in pairs) / max(len(pairs), 1)
+        rates = _train_rates(venv, params, w, ckpt_dir, repeats, updates, threads, work)
+        same, lengths = _decode_rates(venv, params, w, ckpt_dir / "checkpoint_last.pt", repeats, threads, work, rates)
         load_after = os.getloadavg()
     finally:
         torch.set_num_threads(before)
@@ -272,7 +304,7 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
     for task in ("train", "greedy", "beam"):
         summary["tasks"][task] = side_by_side(rows, CLAIM, task, rates[f"{task}_suite"], rates[f"{task}_fairseq"],
                                               "fairseq")
-    cfg = {"scale": scale, "repeats": repeats, "updates": updates, "sentences": len(test), "threads": threads,
+    cfg = {"scale": scale, "repeats": repeats, "updates": updates, "sentences": len(w.test), "threads": threads,
            "fairseq_venv": str(venv), "translation": params}
     summary.update(same_hypotheses=same, tokens_per_sentence={f"{k}_{side}": v for (k, side), v in lengths.items()},
                    load_before=load_before, load_after=load_after, threads=threads,
@@ -321,7 +353,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m repro.peers.fairseq", description=__doc__.split("\n")[0])
     ap.add_argument("--fairseq-venv", type=Path, required=True, help="a venv with fairseq-fixed==0.12.3.1")
-    ap.add_argument("--scale", default="default", choices=("tiny", "default", "paper"))
+    ap.add_argument("--scale", default="default", choices=config.SCALES)
     ap.add_argument("--repeats", type=int, default=3, help="alternating repeats per task")
     ap.add_argument("--updates", type=int, default=40, help="training updates per repeat (fairseq logs every 5)")
     ap.add_argument("--sentences", type=int, default=256, help="test sentences decoded per repeat")

@@ -1,4 +1,4 @@
-"""Training and decoding throughput of the suite's translation model against plain PyTorch (issue 18, item 3).
+"""Training and decoding throughput of the suite's translation model against plain PyTorch.
 
 ``python -m repro.peers.throughput [--scale default] [--repeats 5] [--train-steps 2] [--sentences 256]``
 
@@ -41,11 +41,25 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from repro import config
+from repro.artefacts import MODELS_DIR, artefact_file
+from repro.bench.fingerprint import fingerprint
+from repro.data import batch_indices, collate
+from repro.io import atomic_write_json, atomic_write_text, metric, write_results
+from repro.model.models import sinusoidal_table
+from repro.train.decode import DecodeConfig, _length_caps, _src_tensor, decode_ids, length_batches
+from repro.train.loop import RunConfig, configs_from_params, load_checkpoint, lr_at, train
+from repro.train.pipeline import build_model, encode_splits, load_data, load_tokenizer, resolve_tokenizer
+from repro.train.prepare import prepare
+from repro.verdicts import verdict
 
 log = logging.getLogger("repro.peers.throughput")
 CLAIM = "throughput"
@@ -60,8 +74,6 @@ class ReferenceTransformer(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        from repro.model.models import sinusoidal_table
-
         b = cfg.block
         if b.ffn != "relu" or b.norm != "layernorm" or b.kv_heads != b.n_heads or b.rope or b.act_dropout:
             raise ValueError("the torch.nn.Transformer reference covers relu FFN, layernorm, full multi-head "
@@ -132,8 +144,6 @@ def copy_suite_weights(ref: ReferenceTransformer, model) -> None:
 
 def reference_train(ref: ReferenceTransformer, batches, opt_c, sch_c, steps: int) -> int:
     """``steps`` updates of the plain loop (a fresh Adam, the suite's schedule); returns the target tokens."""
-    from repro.train.loop import lr_at
-
     ref.train()
     params = list(ref.parameters())
     optimizer = torch.optim.Adam(params, lr=opt_c.lr, betas=opt_c.betas, eps=opt_c.eps)
@@ -289,8 +299,6 @@ def reference_beam(ref, src, src_pad_mask, bos_id, eos_id, pad_id, caps, beam: i
 
 def reference_decode_ids(ref, src_ids, bos_id, eos_id, pad_id, cfg) -> list[list[int]]:
     """The reference decoders over the suite's length-sorted source batches (``decode.length_batches``)."""
-    from repro.train.decode import _length_caps, _src_tensor, length_batches
-
     ref.eval()
     hyps: list = [None] * len(src_ids)
     for idx, batch in length_batches(src_ids, cfg.max_tokens, ref.cfg.max_seq_len, eos_id):
@@ -320,10 +328,6 @@ def padding_fraction(batches) -> dict:
 def tokenizer_for(params: dict, scale: str, work: Path, hardware: str) -> tuple[str, Path | None]:
     """(tokenizer path, trained checkpoint or None): the workflow's trained translation model and its tokenizer
     when present, else a tokenizer trained (once, cached in ``work``) like ``repro.train.prepare``."""
-    from repro.artefacts import MODELS_DIR, artefact_file
-    from repro.train.pipeline import resolve_tokenizer
-    from repro.train.prepare import prepare
-
     models = Path("results") / hardware / scale / MODELS_DIR
     ckpt, tok = artefact_file(models, "translation_model"), artefact_file(models, "tokenizer")
     if ckpt.exists() and tok.exists():
@@ -340,8 +344,6 @@ def tokenizer_for(params: dict, scale: str, work: Path, hardware: str) -> tuple[
 def side_by_side(rows: list, claim: str, task: str, suite: list, peer: list, peer_name: str) -> dict:
     """Append the metric rows of one task's repeated rates (suite, peer, and the per-repeat suite/peer ratio: median,
     interquartile range, every value) to ``rows``; returns the summary entry of the task."""
-    from repro.io import metric
-
     entry = {}
     for name, xs, unit, kind in (("suite_tokens_per_s", suite, "tokens/s", "rate"),
                                  (f"{peer_name}_tokens_per_s", peer, "tokens/s", "rate"),
@@ -390,30 +392,37 @@ def run(scale: str = "default", repeats: int = 5, train_steps: int = 2, sentence
         torch.set_num_threads(before)
 
 
-def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
-    from repro import config
-    from repro.bench.fingerprint import fingerprint
-    from repro.io import atomic_write_json, atomic_write_text, metric, write_results
-    from repro.verdicts import verdict
-    from repro.data import batch_indices, collate
-    from repro.train.decode import DecodeConfig, decode_ids
-    from repro.train.loop import RunConfig, configs_from_params, load_checkpoint, train
-    from repro.train.pipeline import build_model, encode_splits, load_data, load_tokenizer
+@dataclass
+class _Workload:
+    """Both sides' inputs: the suite's model (and the reference of the same sizes), its optimizer, schedule and run
+    settings, the benchmarked training batches with their padding fractions, and the encoded test sources."""
+    tok: Any
+    ckpt: Path | None
+    batches: list
+    pad_epoch: dict
+    pad_bench: dict
+    model: Any
+    ref: ReferenceTransformer
+    opt_c: Any
+    sch_c: Any
+    run_c: Any
+    n_params: int
+    n_ref: int
+    src_ids: list
 
-    params = config.section("translation", scale)
-    fp = fingerprint()
-    hw = fp["hardware_id"]
-    out = Path(out or Path("results") / hw / scale / "_bench" / "throughput")
-    report = Path(report or Path("reports") / hw / scale / "throughput.md")
-    out.mkdir(parents=True, exist_ok=True)
-    threads = int(threads or params.get("threads") or torch.get_num_threads())
-    torch.set_num_threads(threads)
-    load_before = os.getloadavg()
-    tr = params["training"]
-    tok_path, ckpt = tokenizer_for(params, scale, out / "_work", hw)
+
+def encoded_corpus(params: dict, scale: str, work: Path, hw: str) -> tuple[Any, Path | None, Any, dict]:
+    """(tokenizer, trained checkpoint or None, corpus, encoded splits): the data both peer benchmarks time on."""
+    tok_path, ckpt = tokenizer_for(params, scale, work, hw)
     tok = load_tokenizer(tok_path, params["corpus"].get("bpe_symbol"))
     corpus = load_data(params)
-    enc = encode_splits(params, tok, corpus, tr["max_len"])["train"]
+    return tok, ckpt, corpus, encode_splits(params, tok, corpus, params["training"]["max_len"])
+
+
+def _workload(params: dict, scale: str, work: Path, hw: str, train_steps: int, sentences: int) -> _Workload:
+    tr = params["training"]
+    tok, ckpt, corpus, enc = encoded_corpus(params, scale, work, hw)
+    enc = enc["train"]
     epoch = batch_indices(enc, tr["max_tokens"], shuffle=True, seed=tr["seed"])
     pad_epoch = padding_fraction([collate(enc, pos) for pos in epoch])
     batches = [collate(enc, pos) for pos in epoch[:train_steps]]
@@ -428,38 +437,49 @@ def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
                       explode_loss=1e9)
     n_params = sum(p.numel() for p in model.parameters())
     n_ref = sum(p.numel() for p in ref.parameters())
-
-    def suite_train():
-        return train(model, lambda e: batches, None, opt_c, sch_c, run_c, device="cpu").train_tokens
-
     # decoding: the first `sentences` test sources; the same weights on both sides
     if ckpt is not None:
         model.load_state_dict(load_checkpoint(ckpt)["model"])
     copy_suite_weights(ref, model)
-    ev = params["eval"]
     test = [s for s, _ in corpus.test[:sentences]]
     src_ids = [list(e) + [tok.eos_id] for e in tok.encode_batch(test)]
+    return _Workload(tok, ckpt, batches, pad_epoch, pad_bench, model, ref, opt_c, sch_c, run_c, n_params, n_ref,
+                     src_ids)
+
+
+def _tasks(w: _Workload, ev: dict, train_steps: int) -> tuple[dict, dict]:
+    """{task: (suite side, reference side)}, each a call returning the target tokens it processed, and the dict
+    the decoding calls leave their hypotheses in (by side and decoder)."""
+    tok, model, ref = w.tok, w.model, w.ref
     dcfg = {k: DecodeConfig.from_params({**ev, "decoder": k}) for k in ("greedy", "beam")}
     decoded = {}
 
+    def suite_train():
+        return train(model, lambda e: w.batches, None, w.opt_c, w.sch_c, w.run_c, device="cpu").train_tokens
+
     def suite_decode(kind):
-        hyps, _ = decode_ids(model, src_ids, tok.bos_id, tok.eos_id, tok.pad_id, dcfg[kind])
+        hyps, _ = decode_ids(model, w.src_ids, tok.bos_id, tok.eos_id, tok.pad_id, dcfg[kind])
         decoded[("suite", kind)] = hyps
         return sum(len(h) + 1 for h in hyps)
 
     def ref_decode(kind):
-        hyps = reference_decode_ids(ref, src_ids, tok.bos_id, tok.eos_id, tok.pad_id, dcfg[kind])
+        hyps = reference_decode_ids(ref, w.src_ids, tok.bos_id, tok.eos_id, tok.pad_id, dcfg[kind])
         decoded[("reference", kind)] = hyps
         return sum(len(h) + 1 for h in hyps)
 
-    tasks = {"train": (suite_train, lambda: reference_train(ref, batches, opt_c, sch_c, train_steps)),
+    tasks = {"train": (suite_train, lambda: reference_train(ref, w.batches, w.opt_c, w.sch_c, train_steps)),
              "greedy": (lambda: suite_decode("greedy"), lambda: ref_decode("greedy")),
              "beam": (lambda: suite_decode("beam"), lambda: ref_decode("beam"))}
+    return tasks, decoded
+
+
+def _time_tasks(tasks: dict, w: _Workload, repeats: int) -> dict:
+    """Tokens per second per (task, side) and repeat, after one untimed call of each side, alternating which side
+    goes first."""
     tps: dict = {(t, side): [] for t in tasks for side in ("suite", "reference")}
-    t_begin = time.perf_counter()
     for task, (suite_fn, ref_fn) in tasks.items():
         if task != "train":  # decoding after training: put the trained (or initial) weights back on both sides
-            copy_suite_weights(ref, model)
+            copy_suite_weights(w.ref, w.model)
         suite_fn(), ref_fn()  # warm-up (allocator, first-call dispatch), not timed
         for r in range(repeats):
             order = (("suite", suite_fn), ("reference", ref_fn))
@@ -467,6 +487,23 @@ def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
                 tps[(task, side)].append(_timed(fn))
             log.info("%s repeat %d: suite %.0f, reference %.0f tokens/s", task, r, tps[(task, "suite")][-1],
                      tps[(task, "reference")][-1])
+    return tps
+
+
+def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
+    params = config.section("translation", scale)
+    fp = fingerprint()
+    hw = fp["hardware_id"]
+    out = Path(out or Path("results") / hw / scale / "_bench" / "throughput")
+    report = Path(report or Path("reports") / hw / scale / "throughput.md")
+    out.mkdir(parents=True, exist_ok=True)
+    threads = int(threads or params.get("threads") or torch.get_num_threads())
+    torch.set_num_threads(threads)
+    load_before = os.getloadavg()
+    w = _workload(params, scale, out / "_work", hw, train_steps, sentences)
+    tasks, decoded = _tasks(w, params["eval"], train_steps)
+    t_begin = time.perf_counter()
+    tps = _time_tasks(tasks, w, repeats)
     seconds = time.perf_counter() - t_begin
     load_after = os.getloadavg()
     same = {k: decoded[("suite", k)] == decoded[("reference", k)] for k in ("greedy", "beam")}
@@ -475,15 +512,15 @@ def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
     for task in tasks:
         summary["tasks"][task] = side_by_side(rows, CLAIM, task, tps[(task, "suite")], tps[(task, "reference")],
                                               "reference")
-    for where, pf in (("epoch", pad_epoch), ("benchmarked_batches", pad_bench)):
+    for where, pf in (("epoch", w.pad_epoch), ("benchmarked_batches", w.pad_bench)):
         for part in ("src", "tgt", "all"):
             rows.append(metric(CLAIM, "padding_fraction", pf[part], "fraction", kind="statistic", n=pf["batches"],
                                batches=where, part=part))
-    summary.update(padding_fraction={"epoch": pad_epoch, "benchmarked_batches": pad_bench},
+    summary.update(padding_fraction={"epoch": w.pad_epoch, "benchmarked_batches": w.pad_bench},
                    same_hypotheses=same, nice=os.nice(0), load_before=load_before, load_after=load_after, seconds=seconds,
-                   threads=threads, parameters={"suite": n_params, "reference": n_ref},
-                   weights="trained checkpoint " + str(ckpt) if ckpt else "initialised (untrained)",
-                   train_tokens_per_repeat=sum(b.ntokens for b in batches), decode_sentences=len(src_ids))
+                   threads=threads, parameters={"suite": w.n_params, "reference": w.n_ref},
+                   weights="trained checkpoint " + str(w.ckpt) if w.ckpt else "initialised (untrained)",
+                   train_tokens_per_repeat=sum(b.ntokens for b in w.batches), decode_sentences=len(w.src_ids))
     bench_cfg = {"scale": scale, "repeats": repeats, "train_steps": train_steps, "sentences": sentences,
                  "threads": threads, "translation": params}
     train_ratio = summary["tasks"]["train"]["suite_over_reference"]
@@ -520,7 +557,7 @@ def markdown(summary: dict, hw: str, scale: str, fp: dict, cfg: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m repro.peers.throughput", description=__doc__.split("\n")[0])
-    ap.add_argument("--scale", default="default", choices=("tiny", "default", "paper"))
+    ap.add_argument("--scale", default="default", choices=config.SCALES)
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per side and task (alternating order)")
     ap.add_argument("--train-steps", type=int, default=2, help="training updates per repeat")
     ap.add_argument("--sentences", type=int, default=256, help="test sentences decoded per repeat")

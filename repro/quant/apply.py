@@ -17,6 +17,8 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from repro.model.block import Block, BlockStack
+
 from .grid import QuantizedWeight, pack_bits, rtn, unpack_bits
 from .gptq import GPTQ
 from .int8 import Int8Linear
@@ -24,8 +26,6 @@ from .int8 import Int8Linear
 
 def blocks_of(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The model's Transformer blocks in forward order (encoder before decoder), with their names."""
-    from repro.model.block import Block
-
     return [(n, m) for n, m in model.named_modules() if isinstance(m, Block)]
 
 
@@ -122,8 +122,6 @@ def relative_error(W: torch.Tensor, W_hat: torch.Tensor, H: torch.Tensor) -> flo
 
 def _stacks(model: nn.Module) -> list[nn.Module]:
     """The model's block stacks (repro.model.block.BlockStack) in forward order (encoder before decoder)."""
-    from repro.model.block import BlockStack
-
     return [m for m in model.modules() if isinstance(m, BlockStack)]
 
 

@@ -3,12 +3,16 @@
 The data live in ``published.yaml`` beside this module: one entry per claim C1..C11 of CLAIMS.md
 (param_accounting ... block_numerics), each with the papers it draws on and one record per
 published value (value, unit, source, table/figure, setup, hardware, exact, verification tag).
-Reports read the registry; experiments never do, and no measured number is stored here.
+Judges read their thresholds and the paper's numbers from it, metric rows name the entry they are compared with
+(``repro.io.metric(..., published_key=...)``), and reports show it beside the measurements; no claim module, plot or
+page types a published number, and no measured number is stored here. Judge-side: a change here re-judges the
+stored measurements and measures nothing again (repro.provenance).
 
 Public API (pure Python + PyYAML; pandas is imported only by :func:`values_frame`):
 
 - :func:`load` -> the parsed, validated YAML (cached; a fresh deep copy per call)
 - :func:`claim_ids` -> claim ids in C1..C11 order
+- :func:`implemented_claims` -> the ids that have a claim module and config in the checkout
 - :func:`claim` -> one claim's dict
 - :func:`published` -> one value record plus its ``citation`` string
 - :func:`values_frame` -> a pandas DataFrame, one row per value, with a ``citation`` column

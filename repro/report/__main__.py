@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from repro import config, registry
 from repro.io import ResultsError
 
+from .compare import write_compare
+from .matrix import read_cells, write
 from .pages import ARTEFACT_PAGES, claim_page, index_page
+from .publish import PublishError, publish, rejudge_reference, render_reference
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m repro.report")
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("claim", help="one claim's page")
@@ -36,21 +41,34 @@ def main(argv=None) -> int:
     p = sub.add_parser("publish", help="maintainers: make a clean run of HEAD a committed reference (refuses a "
                                        "dirty tree, mixed commits, stale or overridden results)")
     p.add_argument("--hardware", required=True, help="the run's hardware id (results/<hardware>/<scale>/)")
-    p.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
+    p.add_argument("--scale", required=True, choices=config.SCALES)
     p.add_argument("--results", default="results")
     p.add_argument("--references", default="references")
     p.add_argument("--claims", nargs="*", default=None, help="only these claims (a run of some claims); default: "
                                                              "the whole run, every claim and the translation")
-    args = parser.parse_args(argv)
+    j = sub.add_parser("rejudge-reference", help="maintainers: re-judge a committed reference in place with HEAD's "
+                                                 "judges (its measurements kept), then re-render its pages")
+    j.add_argument("--hardware", required=True)
+    j.add_argument("--scale", required=True, choices=config.SCALES)
+    j.add_argument("--references", default="references")
+    j.add_argument("--claims", nargs="*", default=None, help="only these claims (default: every claim)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.cmd == "rebuild":
             rebuild(args.results, args.reports, args.references)
         elif args.cmd == "rebuild-references":
             rebuild_references(args.references)
         elif args.cmd == "publish":
-            from .publish import publish
             dst = publish(args.hardware, args.scale, args.results, args.references, claims=args.claims)
             print(f"published {args.results}/{args.hardware}/{args.scale} as {dst}; commit it (git add {args.references})")
+        elif args.cmd == "rejudge-reference":
+            names = rejudge_reference(args.hardware, args.scale, args.references, claims=args.claims)
+            print(f"re-judged {len(names)} claims of {args.references}/results/{args.hardware}/{args.scale}; "
+                  f"commit it (git add {args.references})")
         elif args.cmd == "claim":
             claim_page(args.claim, args.results, args.page, args.figures)
         else:
@@ -58,25 +76,15 @@ def main(argv=None) -> int:
     except ResultsError as exc:  # a damaged results file: its name and what to do, no traceback; old page kept
         print(f"python -m repro.report {args.cmd}: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:
-        from .publish import PublishError
-        if isinstance(exc, PublishError):
-            print(f"python -m repro.report publish: {exc}", file=sys.stderr)
-            return 2
-        raise
+    except PublishError as exc:  # the run cannot become a reference: why and what to do, no traceback
+        print(f"python -m repro.report {args.cmd}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
 def rebuild(results_root: str, reports_root: str, references_root: str | None = "references") -> None:
     """Every page of every registered claim with a workflow, from ``results_root/<hw>/<scale>/<claim>/`` (this
     checkout's runs), their indexes, and the matrix and comparisons with the references beside them."""
-    from pathlib import Path
-
-    from repro import registry
-
-    from .compare import write_compare
-    from .matrix import read_cells, write
-
     refs = references_root if references_root and Path(references_root).is_dir() else None
     cells = read_cells(results_root)
     implemented = set(registry.implemented_claims()) | set(ARTEFACT_PAGES)  # with a module and a config
@@ -95,12 +103,6 @@ def rebuild(results_root: str, reports_root: str, references_root: str | None = 
 def rebuild_references(references_root: str = "references") -> None:
     """Re-render every committed reference's pages and index (marked as references), the references' matrix and
     their hardware comparisons; the reference results themselves are not touched."""
-    from pathlib import Path
-
-    from .compare import write_compare
-    from .matrix import read_cells, write
-    from .publish import render_reference
-
     refs = Path(references_root)
     cells = read_cells(None, refs)
     for hw, scale in sorted({(c.hardware, c.scale) for c in cells}):

@@ -1,4 +1,4 @@
-"""Compare hardware: every machine's timing and memory numbers beside the paper's (issue 8).
+"""Compare hardware: every machine's timing and memory numbers beside the paper's.
 
 Gathers every hardware id found under ``results/`` (layout ``results/<hardware>/<scale>/<claim>/`` with
 metrics.csv, verdict.json and fingerprint.json written by :mod:`repro.io`) and writes, for each claim
@@ -23,19 +23,24 @@ ratio_memory; repro.kinds); files written before that column get the one fallbac
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import logging
 import math
+import os
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from repro import registry
+from repro import config, registry
 from repro.kinds import MEMORY_UNITS, PERF_KINDS, TIME_UNITS, unit_key as _unit_key
 from repro.io import atomic_write_text, read_metrics
 from repro.report import runtime
+from repro.report.headline import is_percent, versus as _versus
 from repro.report.origin import Source, sources
+from repro.report.pages import _table
 
 log = logging.getLogger("repro.compare")
 
@@ -206,15 +211,6 @@ def long_frame(results: Results, claim: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-PERCENT_UNITS = ("percent", "%", "pct", "percent points")
-
-
-def is_percent(unit) -> bool:
-    """Whether ``unit`` is a percentage (compared by a difference in points, never by a ratio)."""
-    return isinstance(unit, str) and (unit.strip().lower() in PERCENT_UNITS or unit.strip().lower().startswith(
-        ("percent", "% ")))
-
-
 def _with_noise(v: float | None, spread: float | None, n: float | None) -> str:
     """'1.234 +- 0.05 (n 7)' as asv / pytest-benchmark show a measurement; the bare value without a spread."""
     if v is None:
@@ -225,18 +221,6 @@ def _with_noise(v: float | None, spread: float | None, n: float | None) -> str:
     if n is not None and n > 1:
         text += f" (n {int(n)})"
     return text
-
-
-def _versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool) -> str:
-    """a against b: a difference in points for percentages, else a ratio; '~' when the difference lies within the
-    two spreads (noise), so only differences beyond the noise stand out."""
-    if a is None or b is None:
-        return ""
-    noise = (sa or 0.0) + (sb or 0.0)
-    within = "~" if noise > 0 and abs(a - b) <= noise else ""
-    if percent:
-        return f"{within}{a - b:+.3g} pp"
-    return f"{within}{a / b:.3g}x" if b else ""
 
 
 def compare_table(results: Results, claim: str, reference: str | None = None) -> pd.DataFrame:
@@ -354,8 +338,6 @@ def _varying_keys(sweeps) -> list[str]:
 def _short_labels(sweeps: pd.Series) -> pd.Series:
     """Plot labels from sweep keys (JSON): the values of the variables that vary within the panel (their names go
     in the panel title, :func:`_varying_keys`), wrapped short."""
-    import textwrap
-
     varying = _varying_keys(sweeps)
     labels = [", ".join(str(d[k]) for k in varying if k in d) or "all" for d in map(json.loads, sweeps)]
     return pd.Series(["\n".join(textwrap.wrap(lab, 32)) for lab in labels], index=sweeps.index)
@@ -364,24 +346,9 @@ def _short_labels(sweeps: pd.Series) -> pd.Series:
 MAX_PANELS, MAX_BARS = 4, 12  # one figure per question: a few panels, a screenful of bars each
 
 
-def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None) -> Path | None:
-    """One seaborn figure per claim: each metric a panel (a grid of up to three columns, read at 100%), values per
-    setting as horizontal bars, one colour per machine and the paper (where its unit matches), one legend for all
-    panels. Log scale where a panel spans more than two decades."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from repro.report.plots import PUBLISHED_COLOR, theme
-
-    theme()
-    frame = long_frame(results, claim)
-    if keep is not None:  # the rows the page shows
-        frame = frame[[(m, _sweep_text(w)) in keep for m, w in zip(frame["metric"], frame["sweep"])]]
-    if not len(frame):
-        return None
+def _plot_points(results: Results, claim: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The bars: every measured value (source: its machine) and every published value that converts to the row's
+    unit (source: 'paper (<the hardware it was measured on>)')."""
     points = []
     for r in frame.itertuples():
         if _number(r.value) is not None:
@@ -397,17 +364,11 @@ def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None
             hw = _paper_hardware(claim, r.published_key) or "hardware not stated"
             points.append({"metric": f"{r.metric} [{r.unit}]", "sweep": r.sweep, "source": f"paper ({hw})",
                            "value": v})
-    data = pd.DataFrame(points)
-    if not len(data):
-        return None
-    data["setting"] = data.groupby("metric")["sweep"].transform(_short_labels)
-    metrics = list(dict.fromkeys(data["metric"]))[:MAX_PANELS]
-    data = data[data["metric"].isin(metrics)]
-    order = list(dict.fromkeys(data["source"]))
-    machines = [s for s in order if not s.startswith("paper (")]
-    palette = dict(zip(machines, sns.color_palette("colorblind", len(machines))))
-    palette.update({s: PUBLISHED_COLOR for s in order if s.startswith("paper (")})  # the paper: as everywhere
-    # machines without a value in a panel are named in its title, so an absent bar never reads as zero
+    return pd.DataFrame(points)
+
+
+def _absent_notes(results: Results, claim: str, frame: pd.DataFrame, metrics: list[str]) -> dict[str, list[str]]:
+    """Per panel, the machines without a value in it: named in its title, so an absent bar never reads as zero."""
     absent = {}
     for name in metrics:
         metric_name = name.rsplit(" [", 1)[0]
@@ -418,6 +379,11 @@ def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None
             elif not ((frame["hardware"] == hw) & (frame["metric"] == metric_name) & frame["value"].notna()).any():
                 notes.append(f"{hw}: {NOT_MEASURED}")
         absent[name] = notes
+    return absent
+
+
+def _panels(data: pd.DataFrame, metrics: list[str]) -> tuple[dict[str, tuple[pd.DataFrame, int]], list[float]]:
+    """Per panel its bars (the first MAX_BARS settings) with its number of settings, and the panels' heights."""
     shown, heights = {}, []
     for name in metrics:
         d = data[data["metric"] == name]
@@ -426,6 +392,51 @@ def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None
             d = d[d["setting"].isin(settings[:MAX_BARS])]
         shown[name] = (d, len(settings))
         heights.append(1.3 + 0.26 * d["setting"].nunique() * max(1, d["source"].nunique()))
+    return shown, heights
+
+
+def _panel_title(name: str, d: pd.DataFrame, n_settings: int, absent: list[str]) -> str:
+    """A panel's title: the metric, the settings left out, the varying sweep variables and the absent machines."""
+    title = name + (f"\n(first {MAX_BARS} of {n_settings} settings; all are in the CSV)"
+                    if n_settings > MAX_BARS else "")
+    keys = _varying_keys(d["sweep"])
+    if keys:
+        title += "\nsetting: " + ", ".join(keys)
+    if absent:
+        title += "\nno value - " + "; ".join(absent)
+    return title
+
+
+def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None) -> Path | None:
+    """One seaborn figure per claim: each metric a panel (a grid of up to three columns, read at 100%), values per
+    setting as horizontal bars, one colour per machine and the paper (where its unit matches), one legend for all
+    panels. Log scale where a panel spans more than two decades."""
+    import matplotlib  # lazy: matplotlib and seaborn are slow to import, and the Snakefile imports this module
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: as matplotlib
+    import seaborn as sns  # lazy: as matplotlib
+
+    from repro.report.plots import PUBLISHED_COLOR, theme  # lazy: repro.report.plots imports matplotlib
+
+    theme()
+    frame = long_frame(results, claim)
+    if keep is not None:  # the rows the page shows
+        frame = frame[[(m, _sweep_text(w)) in keep for m, w in zip(frame["metric"], frame["sweep"])]]
+    if not len(frame):
+        return None
+    data = _plot_points(results, claim, frame)
+    if not len(data):
+        return None
+    data["setting"] = data.groupby("metric")["sweep"].transform(_short_labels)
+    metrics = list(dict.fromkeys(data["metric"]))[:MAX_PANELS]
+    data = data[data["metric"].isin(metrics)]
+    order = list(dict.fromkeys(data["source"]))
+    machines = [s for s in order if not s.startswith("paper (")]
+    palette = dict(zip(machines, sns.color_palette("colorblind", len(machines))))
+    palette.update({s: PUBLISHED_COLOR for s in order if s.startswith("paper (")})  # the paper: as everywhere
+    absent = _absent_notes(results, claim, frame, metrics)
+    shown, heights = _panels(data, metrics)
     # a grid read row by row; each row as tall as its tallest panel
     ncols = 1 if len(metrics) == 1 else 2 if len(metrics) <= 4 else 3
     nrows = -(-len(metrics) // ncols)
@@ -440,14 +451,7 @@ def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None
         positive = d["value"][d["value"] > 0]
         if len(positive) and (d["value"] > 0).all() and positive.max() / positive.min() > 100:
             ax.set_xscale("log")
-        title = name + (f"\n(first {MAX_BARS} of {n_settings} settings; all are in the CSV)"
-                        if n_settings > MAX_BARS else "")
-        keys = _varying_keys(d["sweep"])
-        if keys:
-            title += "\nsetting: " + ", ".join(keys)
-        if absent[name]:
-            title += "\nno value - " + "; ".join(absent[name])
-        ax.set_title(title, fontsize=10)
+        ax.set_title(_panel_title(name, d, n_settings, absent[name]), fontsize=10)
         ax.set_ylabel("")
         ax.set_xlabel(name.rsplit(" [", 1)[-1].rstrip("]"))
         ax.tick_params(axis="y", labelsize=9)
@@ -461,8 +465,6 @@ def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None
 
 
 def _md(frame: pd.DataFrame) -> str:
-    from repro.report.pages import _table
-
     return _table(frame.astype(str).replace({"None": "", "nan": ""}))
 
 
@@ -545,9 +547,6 @@ def rule_inputs(results_dir: str, scale: str, hardware: str, own: list[str], ref
 
     This machine's existing verdicts enter only through ``own``, so the comparison target never reruns a claim
     the run did not select; folders starting with ``_`` (``_models``, ``_gpu_check``) are skipped."""
-    import glob
-    import os
-
     found = []
     for path in glob.glob(os.path.join(results_dir, "*", scale, "*", "verdict.json")):
         parts = path.split(os.sep)
@@ -563,7 +562,7 @@ def rule_inputs(results_dir: str, scale: str, hardware: str, own: list[str], ref
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m repro.report.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", required=True, help="results root (holds <hardware>/<scale>/<claim>/)")
-    parser.add_argument("--scale", required=True, choices=("tiny", "default", "paper"))
+    parser.add_argument("--scale", required=True, choices=config.SCALES)
     parser.add_argument("--out", required=True, help="output folder, e.g. reports/compare/<scale>")
     parser.add_argument("--reference", default=None, help="hardware id the other machines are divided by")
     parser.add_argument("--claims", nargs="*", default=None, help="only these claims (default: all found)")

@@ -5,7 +5,8 @@ A judge marks its headline check(s) (repro.verdicts.check, ``headline=True``) an
 (repro.verdicts.numbers: value, interval, unit, the paper's number from the registry and how the two compare).
 :func:`headline_check` picks the one check that stands for the verdict (a failing headline before an undecided one
 before the rest); :func:`cells` formats it in short cells. Verdicts written before the judges gave numbers fall back
-to the check's measured text, shortened.
+to the check's measured text, shortened. :func:`versus` is the one rule by which a measured number is set against
+another (the hardware comparison's ratios, the claim pages' 'vs published'): like quantities only.
 """
 from __future__ import annotations
 
@@ -57,6 +58,28 @@ def compare_text(nums: dict) -> str:
     if how == "ratio":
         return f"x{v / p:.3g}" if p else ""
     return f"{v - p:+.3g}"
+
+
+PERCENT_UNITS = ("percent", "%", "pct", "percent points")
+
+
+def is_percent(unit) -> bool:
+    """Whether ``unit`` is a percentage (compared by a difference in points, never by a ratio)."""
+    return isinstance(unit, str) and (unit.strip().lower() in PERCENT_UNITS or unit.strip().lower().startswith(
+        ("percent", "% ")))
+
+
+def versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool) -> str:
+    """a against b, the rule of the compare pages and the claim pages' 'vs published': a difference in points for
+    percentages, else a ratio; '~' when the difference lies within the two spreads (noise), so only differences
+    beyond the noise stand out."""
+    if a is None or b is None:
+        return ""
+    noise = (sa or 0.0) + (sb or 0.0)
+    within = "~" if noise > 0 and abs(a - b) <= noise else ""
+    if percent:
+        return f"{within}{a - b:+.3g} pp"
+    return f"{within}{a / b:.3g}x" if b else ""
 
 
 def cells(verdict: dict, limit: int = 60) -> dict:

@@ -29,16 +29,19 @@ undecided) differs, and checks present on one side only.
 from __future__ import annotations
 
 import argparse
+import csv
 import glob
 import html
+import io
 import json
 import logging
 import os
 import subprocess
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro import registry
+from repro import config, registry
 from repro.io import atomic_write_text
 from repro.report.compare import SOFTWARE_FIELDS, software
 from repro.report.origin import RUN, Origin, Source, difference, origin_of, recorded_keys, sources
@@ -47,7 +50,7 @@ from repro.report.pages import inline_html, md_cell
 
 log = logging.getLogger("repro.matrix")
 
-SCALES = ("tiny", "default", "paper")
+SCALES = config.SCALES
 SOFTWARE = SOFTWARE_FIELDS  # torch, triton, CUDA, driver, python (as in the hardware comparison)
 OUTCOME = {True: "holds", False: "fails", None: "undecided"}
 
@@ -300,15 +303,6 @@ def build(results_root: str | Path, history: bool = True, references_root: str |
     return cells, _columns(cells), _rows(cells)
 
 
-def _flag_list(cells: list[Cell]) -> list[tuple[int, Cell, Flag]]:
-    out, n = [], 0
-    for c in cells:
-        for f in c.flags:
-            n += 1
-            out.append((n, c, f))
-    return out
-
-
 LEGEND = ("Verdicts: reproduced (every decided check holds), partially (the headline holds, a secondary check "
           "fails), not_reproduced (a decided headline fails), inconclusive (the headline could not be decided: "
           "the control did not learn, the spread is too wide, a CPU stood in for a GPU), not_applicable (tiny "
@@ -317,8 +311,6 @@ WIDTH = 200  # no line of matrix.md is longer
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:
-    import textwrap
-
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * len(indent),
                          break_long_words=False, break_on_hyphens=False) or [""]
 
@@ -416,6 +408,110 @@ def _measured(c: Cell) -> tuple[str, str]:
     return h["value"], h["compare"]
 
 
+MATRIX_INTRO = ("One table per scale: each claim's headline and the paper's number, then one line per column (a "
+                "machine: this checkout's runs, `results/`, or a committed reference, `references/results/`) "
+                "with the measured value and its interval, the difference from the paper (x: ratio of like "
+                "quantities; +-: points of the unit) and the verdict, linked to the claim's page. ~~struck~~ "
+                "stale: the checkout's measurement code differs from the code that measured it; @commit: "
+                "measured at another commit than the rest of its column; flag n: the verdict differs from "
+                "another column's (see Flags).")
+MATRIX_FOOTER = ("The same table as CSV, one row per machine x scale x claim: `matrix.csv` (docs/results.md). "
+                 "Timing and memory of every machine side by side: `compare/<scale>/`. Made by "
+                 "`python -m repro.report.matrix` (rule `matrix`, part of `reproduce_all`).")
+
+
+def _page_link(c: Cell, links: list[str], base: Path) -> str | None:
+    """The label of a reference-style link to the cell's claim page, its target appended to ``links`` (the page's
+    link list, numbered in order); None when the cell has no page."""
+    page = c.page()
+    if page is None:
+        return None
+    link = str(len(links) + 1)
+    links.append(f"[{link}]: {os.path.relpath(page, base)}")
+    return link
+
+
+def _claim_lines(claim: str, scols: list, index: dict, letters: dict, info: dict, fnum: dict, links: list[str],
+                 base: Path) -> list[str]:
+    """One claim's rows of a scale's table: its headline and the paper's number on the first, then one line per
+    column with a result (measured, vs paper, verdict); 'not run' when no column has one."""
+    row_cells = [index[(claim, *col)] for col in scols if (claim, *col) in index]
+    code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
+    if not row_cells:  # registered, no results in any column at this scale
+        return [f"| {code}{claim} | - | - | - | - | | not run |"]
+    h = _headline_of_row(row_cells)
+    first = [f"{code}{claim}", md_cell(h["name"] + (f" ({h['unit']})" if h["unit"] else "")),
+             md_cell(headline.clip(h["paper"], 36))]
+    lines = []
+    for col in scols:
+        c = index.get((claim, *col))
+        if c is None:
+            continue
+        link = _page_link(c, links, base)
+        value, diff = _measured(c)
+        lines.append("| " + " | ".join(first + [letters[col], md_cell(value), md_cell(diff),
+                                                 _verdict_cell(c, info[col]["commit"], fnum.get(id(c), []),
+                                                               link)]) + " |")
+        first = ["", "", ""]
+    return lines
+
+
+def _column_lines(scols: list, letters: dict, info: dict) -> list[str]:
+    """The table of a scale's columns: machine, source, commit and software, stated once per column."""
+    lines = ["", "| column | machine | source | commit | software |", "|---|---|---|---|---|"]
+    for col in scols:
+        i = info[col]
+        machine = f"`{i['hardware']}`" + (f" ({i['device']})" if i["device"] else "")
+        lines.append("| " + " | ".join(md_cell(x) for x in (letters[col], machine, i["source"],
+                                                             f"{i['commit']} {i['date']}", i["software"])) + " |")
+    return lines + [""]
+
+
+def _scale_lines(scale: str, cols: list, rows: list[str], cells: list[Cell], index: dict, fnum: dict,
+                 links: list[str], base: Path) -> list[str]:
+    """One scale's section: the headline table (a row per claim and column) and its columns' table."""
+    scols = [col for col in cols if col[2] == scale]
+    letters = dict(zip(scols, _letters(len(scols))))
+    info = {col: column_info(cells, col) for col in scols}
+    lines = [f"## Scale `{scale}`", "", "| claim | headline | paper | column | measured | vs paper | verdict |",
+             "|---|---|---|---|---:|---:|---|"]
+    for claim in rows:
+        lines += _claim_lines(claim, scols, index, letters, info, fnum, links, base)
+    return lines + _column_lines(scols, letters, info)
+
+
+def _difference_lines(cells: list[Cell]) -> list[str]:
+    """The notes under the tables: how many cells are stale, and the claims whose verdicts differ by code."""
+    lines = []
+    stale = [c for c in cells if c.origin and c.origin.stale]
+    if stale:
+        lines += _wrap(f"Stale cells (struck through): {len(stale)}, measured by code the checkout no longer runs "
+                       "(rerun them, or publish a new reference).") + [""]
+    by_code = code_differences(cells)
+    if by_code:
+        lines += _wrap(f"{len(by_code)} claim{'s' if len(by_code) > 1 else ''} whose verdicts differ between columns "
+                       "measured by different code (another experiment, not another machine: not flagged): "
+                       + ", ".join(f"{claim} ({scale})" for scale, claim in by_code) + ".") + [""]
+    return lines
+
+
+def _flag_lines(cells: list[Cell]) -> list[str]:
+    """The Flags section: each flag once, with its anchor, the checks that flipped and what changed."""
+    flags = _flag_list(cells)
+    lines = ["## Flags", ""]
+    if not flags:
+        return lines + _wrap("None: no two columns measured by the same code give a claim different verdicts at a "
+                             "scale, and no reference changed verdict since its previous committed run.") + [""]
+    for n, c, f in flags:
+        lines += [f'<a id="flag-{n}"></a>'] + _wrap(f"{n}. {c.claim}, {c.scale}: {f.headline_text()}")
+        lines += _wrap("checks flipped: " + ("; ".join(f.flipped[:3]) + (f"; and {len(f.flipped) - 3} more"
+                                                                          if len(f.flipped) > 3 else "")
+                                             if f.flipped else "none (the verdict rule changed)"), "   - ")
+        if f.changed:
+            lines += _wrap(("software differs: " if f.kind == "machine" else "changed: ") + f.changed, "   - ")
+    return lines + [""]
+
+
 def matrix_markdown(results_root: str | Path, reports_root: str | Path, history: bool = True,
                     references_root: str | Path | None = None, out_dir: str | Path | None = None) -> str:
     """The matrix as markdown: per scale one headline table (per claim its headline and the paper's number, then
@@ -426,83 +522,17 @@ def matrix_markdown(results_root: str | Path, reports_root: str | Path, history:
     index = {(c.claim, *c.column): c for c in cells}
     base = Path(out_dir if out_dir is not None else reports_root)
     lines = ["# Verdict matrix: every claim on every machine and scale", ""]
-    lines += _wrap("One table per scale: each claim's headline and the paper's number, then one line per column (a "
-                   "machine: this checkout's runs, `results/`, or a committed reference, `references/results/`) "
-                   "with the measured value and its interval, the difference from the paper (x: ratio of like "
-                   "quantities; +-: points of the unit) and the verdict, linked to the claim's page. ~~struck~~ "
-                   "stale: the checkout's measurement code differs from the code that measured it; @commit: "
-                   "measured at another commit than the rest of its column; flag n: the verdict differs from "
-                   "another column's (see Flags).")
-    lines += [""] + _wrap(LEGEND) + [""]
+    lines += _wrap(MATRIX_INTRO) + [""] + _wrap(LEGEND) + [""]
     if not cells:
         lines += ["_No results yet: run `snakemake reproduce_all --cores all`._", ""]
         return "\n".join(lines)
     fnum = _flag_numbers(cells)
     links: list[str] = []
     for scale in dict.fromkeys(col[2] for col in cols):
-        scols = [col for col in cols if col[2] == scale]
-        letters = dict(zip(scols, _letters(len(scols))))
-        info = {col: column_info(cells, col) for col in scols}
-        lines += [f"## Scale `{scale}`", "", "| claim | headline | paper | column | measured | vs paper | verdict |",
-                  "|---|---|---|---|---:|---:|---|"]
-        for claim in rows:
-            row_cells = [index[(claim, *col)] for col in scols if (claim, *col) in index]
-            code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
-            if not row_cells:  # registered, no results in any column at this scale
-                lines.append(f"| {code}{claim} | - | - | - | - | | not run |")
-                continue
-            h = _headline_of_row(row_cells)
-            first = [f"{code}{claim}", md_cell(h["name"] + (f" ({h['unit']})" if h["unit"] else "")),
-                     md_cell(headline.clip(h["paper"], 36))]
-            for col in scols:
-                c = index.get((claim, *col))
-                if c is None:
-                    continue
-                page = c.page()
-                link = None
-                if page is not None:
-                    link = str(len(links) + 1)
-                    links.append(f"[{link}]: {os.path.relpath(page, base)}")
-                value, diff = _measured(c)
-                lines.append("| " + " | ".join(first + [letters[col], md_cell(value), md_cell(diff),
-                                                         _verdict_cell(c, info[col]["commit"], fnum.get(id(c), []),
-                                                                       link)]) + " |")
-                first = ["", "", ""]
-        lines += ["", "| column | machine | source | commit | software |", "|---|---|---|---|---|"]
-        for col in scols:
-            i = info[col]
-            machine = f"`{i['hardware']}`" + (f" ({i['device']})" if i["device"] else "")
-            lines.append("| " + " | ".join(md_cell(x) for x in (letters[col], machine, i["source"],
-                                                                 f"{i['commit']} {i['date']}", i["software"])) + " |")
-        lines.append("")
-    stale = [c for c in cells if c.origin and c.origin.stale]
-    if stale:
-        lines += _wrap(f"Stale cells (struck through): {len(stale)}, measured by code the checkout no longer runs "
-                       "(rerun them, or publish a new reference).") + [""]
-    by_code = code_differences(cells)
-    if by_code:
-        lines += _wrap(f"{len(by_code)} claim{'s' if len(by_code) > 1 else ''} whose verdicts differ between columns "
-                       "measured by different code (another experiment, not another machine: not flagged): "
-                       + ", ".join(f"{claim} ({scale})" for scale, claim in by_code) + ".") + [""]
-    flags = _flag_list(cells)
-    lines += ["## Flags", ""]
-    if flags:
-        for n, c, f in flags:
-            lines += [f'<a id="flag-{n}"></a>'] + _wrap(f"{n}. {c.claim}, {c.scale}: {f.headline_text()}")
-            lines += _wrap("checks flipped: " + ("; ".join(f.flipped[:3]) + (f"; and {len(f.flipped) - 3} more"
-                                                                              if len(f.flipped) > 3 else "")
-                                                 if f.flipped else "none (the verdict rule changed)"), "   - ")
-            if f.changed:
-                lines += _wrap(("software differs: " if f.kind == "machine" else "changed: ") + f.changed, "   - ")
-        lines.append("")
-    else:
-        lines += _wrap("None: no two columns measured by the same code give a claim different verdicts at a scale, "
-                       "and no reference changed verdict since its previous committed run.") + [""]
-    lines += _wrap("The same table as CSV, one row per machine x scale x claim: `matrix.csv` (docs/results.md). "
-                   "Timing and memory of every machine side by side: `compare/<scale>/`. Made by "
-                   "`python -m repro.report.matrix` (rule `matrix`, part of `reproduce_all`).") + [""]
-    lines += links + [""]
-    return "\n".join(lines)
+        lines += _scale_lines(scale, cols, rows, cells, index, fnum, links, base)
+    lines += _difference_lines(cells) + _flag_lines(cells)
+    lines += _wrap(MATRIX_FOOTER) + [""]
+    return "\n".join(lines + links + [""])
 
 
 def matrix_records(results_root: str | Path, history: bool = False, references_root: str | Path | None = None,
@@ -523,9 +553,6 @@ def matrix_records(results_root: str | Path, history: bool = False, references_r
 
 def matrix_csv(results_root: str | Path, history: bool = False, references_root: str | Path | None = None,
                reports_root: str | Path | None = None) -> str:
-    import csv
-    import io
-
     recs = matrix_records(results_root, history, references_root, reports_root)
     buf = io.StringIO()
     fields = list(recs[0]) if recs else ["hardware", "scale", "source", "claim", "verdict"]

@@ -22,6 +22,7 @@ from repro import registry
 from repro.report import headline, runtime
 from repro.report.origin import RUN, origin_of
 from repro.io import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
+from repro.verdicts import _meaning
 
 log = logging.getLogger("repro.report")
 
@@ -96,7 +97,7 @@ def _fingerprint_lines(fp: dict) -> list[str]:
 def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, verdict: dict,
                fig_dir: Path) -> list[tuple[str, str]]:
     """The claim's figures (repro.report.plots.<claim>): from metrics.csv and the files the claim declared."""
-    from repro.report.plots import ResultFiles, theme
+    from repro.report.plots import ResultFiles, theme  # lazy: it imports matplotlib; the Snakefile imports pages
 
     fig_dir.mkdir(parents=True, exist_ok=True)
     theme()  # one visual convention for every claim's figures (repro/report/plots/__init__.py)
@@ -206,8 +207,6 @@ def verdict_blocks(verdict: dict) -> list[tuple]:
 
 def _meaning_text(verdict: dict) -> str:
     """The claim's own meaning line, or, where it is the contract's generic text, a link to the contract."""
-    from repro.verdicts import _meaning
-
     heads = [c for c in verdict.get("checks") or [] if c.get("headline")]
     if verdict["meaning"] == _meaning(heads, str(verdict.get("scale"))):
         names = " and ".join(f"'{c['name']}'" for c in heads) or "its headline"
@@ -228,6 +227,27 @@ def claim_info(claim: str) -> dict:
     return registry.claim(claim) if claim in registry.claim_ids() else ARTEFACT_PAGES[claim]
 
 
+def _vs_published(v, p, u, pu) -> str:
+    """A measured value against the published one by the compare pages' rule (headline.versus): like quantities
+    only, '' where the units differ or either is not a number."""
+    ok = isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and u == pu
+    return headline.versus(v, None, p, None, headline.is_percent(u)) if ok and (p or headline.is_percent(u)) else ""
+
+
+def _published_blocks(metrics: pd.DataFrame) -> list[tuple]:
+    """'Measured beside published': the metrics rows with a published value, each set against it."""
+    pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
+    if not len(pub):
+        return []
+    diff = [_vs_published(v, p, u, pu) for v, p, u, pu in zip(pub["value"], pd.to_numeric(pub["published_value"],
+                                                                                            errors="coerce"),
+                                                               pub["unit"], pub.get("published_unit", pub["unit"]))]
+    table = pd.DataFrame({"metric": pub["metric"], "setting": pub["sweep"].map(_sweep_text),
+                          "measured": pub["value"].map(_fmt), "published": pub["published_value"].map(_fmt),
+                          "vs published": diff, "unit": pub["unit"], "source": pub["source"]})
+    return [("h2", "Measured beside published"), ("table", table)]
+
+
 def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
                  figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN) -> list[tuple]:
     info = claim_info(claim)
@@ -238,22 +258,7 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
                            ("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
                             + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
                                "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))]
-    blocks += verdict_blocks(verdict)
-    pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
-    if len(pub):
-        from repro.report.compare import _versus, is_percent  # the compare pages' rule: like quantities only
-
-        def versus(v, p, u, pu) -> str:
-            ok = isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and u == pu
-            return _versus(v, None, p, None, is_percent(u)) if ok and (p or is_percent(u)) else ""
-
-        diff = [versus(v, p, u, pu) for v, p, u, pu in zip(pub["value"], pd.to_numeric(pub["published_value"],
-                                                                                         errors="coerce"),
-                                                            pub["unit"], pub.get("published_unit", pub["unit"]))]
-        table = pd.DataFrame({"metric": pub["metric"], "setting": pub["sweep"].map(_sweep_text),
-                              "measured": pub["value"].map(_fmt), "published": pub["published_value"].map(_fmt),
-                              "vs published": diff, "unit": pub["unit"], "source": pub["source"]})
-        blocks += [("h2", "Measured beside published"), ("table", table)]
+    blocks += verdict_blocks(verdict) + _published_blocks(metrics)
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
     blocks += [("h2", "Where these numbers come from"),
@@ -401,6 +406,6 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
              "(UTC); **stale** when the checkout's measurement code differs. Every machine and scale side by side: "
              f"[the verdict matrix]({matrix}). A reason cut short ends in (...); the claim's page has it in full.", "",
              "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame), ""]
-    lines += runtime.time_per_rule_md(results_root, hardware, scale)  # where the run's time went (issue 18)
+    lines += runtime.time_per_rule_md(results_root, hardware, scale)  # where the run's time went
     atomic_write_text(out, "\n".join(lines))
     return out

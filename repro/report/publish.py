@@ -19,14 +19,20 @@ references/.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from pathlib import Path
 
 from repro import config, provenance, registry
+from repro.claims._cli import rejudge
 from repro.io import read_verdict
+from repro.report import pages
+from repro.report.compare import write_compare
+from repro.report.matrix import write
 from repro.report.origin import REFERENCE, recorded_keys
 
+log = logging.getLogger("repro")
 SKIP_DIRS = ("_models", "_work", "_keys", "_bench")
 SKIP_FILES = (".lock",)
 
@@ -114,9 +120,6 @@ def publish(hardware: str, scale: str, results_root: str | Path = "results",
     """Copy ``results_root/<hardware>/<scale>/`` into the references (checked first; see the module) and render
     its pages; returns the reference folder. ``claims``: publish only these (replacing only their folders), for a
     run of some claims (e.g. the speed claims at paper scale on a GPU)."""
-    from repro.report.compare import write_compare
-    from repro.report.matrix import write
-
     src = Path(results_root) / hardware / scale
     if not src.is_dir():
         raise PublishError(f"{src}: no such run")
@@ -140,10 +143,40 @@ def publish(hardware: str, scale: str, results_root: str | Path = "results",
     return dst
 
 
+def rejudge_reference(hardware: str, scale: str, references_root: str | Path = "references",
+                      check_tree: bool = True, claims: list[str] | None = None) -> list[str]:
+    """Re-judge a committed reference in place with HEAD's judges, keeping its measurements (the maintainers'
+    step after a judge change, for a reference that cannot be measured again here: another machine's, or one whose
+    measurement code has changed since). Only verdict.json changes: it records the measurement's commit and HEAD
+    as the judging commit, and ``rejudged`` with the previous verdict; its pages, the references' matrix and
+    comparison are re-rendered. Returns the re-judged claims. Refuses a dirty tree (a reference's judgement names
+    a commit)."""
+    dst = Path(references_root) / "results" / hardware / scale
+    if not dst.is_dir():
+        raise PublishError(f"{dst}: no such reference")
+    if check_tree:
+        dirty = _git("status", "--porcelain").strip()
+        if dirty:
+            raise PublishError(f"the work tree is not clean ({len(dirty.splitlines())} changed or untracked "
+                               f"paths, e.g. {dirty.splitlines()[0].strip()}); commit first")
+    implemented = set(registry.implemented_claims())
+    names = [p.name for p in sorted(dst.iterdir()) if p.name in implemented and (not claims or p.name in claims)
+             and (p / "verdict.json").is_file()]
+    for claim in names:
+        try:
+            rejudge(claim, dst / claim, scale)
+        except ValueError as exc:  # rows older than a measurement the judge needs: kept as judged
+            log.warning("%s: not re-judged (%s)", dst / claim, str(exc)[:200])
+    refs = Path(references_root)
+    render_reference(refs, hardware, scale)
+    write(None, refs / "reports", refs / "reports" / "matrix.md", references_root=refs)
+    write_compare(None, scale, refs / "reports" / "compare" / scale, reference=f"{hardware} (reference)",
+                  references_root=refs)
+    return names
+
+
 def render_reference(refs: Path, hardware: str, scale: str) -> None:
     """The pages and index of one reference run (``references/reports/<hw>/<scale>/``), marked as a reference."""
-    from repro.report import pages
-
     res, rep = refs / "results" / hardware / scale, refs / "reports" / hardware / scale
     implemented = set(registry.implemented_claims()) | set(pages.ARTEFACT_PAGES)
     for cdir in sorted(p for p in res.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):

@@ -1,4 +1,4 @@
-"""Where the time of a run goes (issue 18): the per-job files of Snakemake's ``benchmark:`` directive.
+"""Where the time of a run goes: the per-job files of Snakemake's ``benchmark:`` directive.
 
 Every rule of the workflow writes ``results/<hardware>/<scale>/_benchmarks/<job>.tsv`` (Snakemake's columns:
 ``s`` wall seconds, ``cpu_time`` CPU seconds, ``max_rss`` MB, ``mean_load`` percent of one core, ...). This module

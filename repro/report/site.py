@@ -1,8 +1,8 @@
-"""What ``snakemake --report report.html`` shows (workflows/report.smk): the verdict matrix as the landing page and,
+"""What ``snakemake -s workflows/report.smk --report report.html`` shows (workflows/report.smk): the verdict matrix as the landing page and,
 per claim (one report category each), the claim's HTML page (verdict, reason, checks, gates, setup beside the
 paper, figures inline) and its figures with captions written from the results.
 
-In report mode the Snakefile runs nothing: its only rule takes as input the pages and figures that exist under
+The report workflow runs nothing: its only rule takes as input the pages and figures that exist under
 ``reports/`` (this checkout's runs) and ``references/reports/`` (the committed references, labelled as such) for
 every machine and scale, so the report never needs job metadata of files it did not make (no "missing metadata"
 warnings) and never fails on a machine that has not run yet; the landing page says so when this machine has no
@@ -15,8 +15,9 @@ import html
 import json
 import os
 import re
-import sys
 from pathlib import Path
+
+from snakemake.io import report
 
 from repro import registry
 from repro.report.matrix import matrix_html
@@ -36,14 +37,6 @@ vertical-align:top;text-align:left}
 </style>"""
 
 
-def report_requested(argv: list[str] | None = None) -> bool:
-    """Whether this Snakemake invocation only builds a report (``--report [FILE]`` without
-    ``--report-after-run``): then the Snakefile defines the report view instead of the claims' rules."""
-    argv = sys.argv if argv is None else argv
-    report = any(a == "--report" or a.startswith("--report=") for a in argv)
-    return report and "--report-after-run" not in argv
-
-
 def pages(reports_root: str | Path) -> list[tuple[str, str, str, Path]]:
     """(hardware, scale, claim, page.html) for every claim page found under ``reports_root/<hw>/<scale>/``."""
     out = []
@@ -60,8 +53,6 @@ def report_inputs(reports_root: str | Path, references_root: str | Path | None =
     """The report's items: every claim page (HTML) and figure (PNG, caption from ``captions/<figure>.rst``) of this
     checkout's runs and of the committed references, as Snakemake ``report()`` inputs, category = claim id,
     subcategory = hardware and scale (``, reference`` for a reference)."""
-    from snakemake.io import report
-
     items = []
     found = [(p, "") for p in pages(reports_root)]
     if references_root is not None:
@@ -100,7 +91,7 @@ def landing_html(results_root: str | Path, reports_root: str | Path, hardware: s
     else:
         status = (f"<p><strong>This machine (<code>{html.escape(hardware)}</code>) has no results at scale "
                   f"<code>{html.escape(scale)}</code> yet</strong> (run <code>snakemake reproduce_all --cores all"
-                  f"</code>, then <code>snakemake --report report.html</code>). The report shows the committed "
+                  f"</code>, then <code>snakemake -s workflows/report.smk --report report.html</code>). The report shows the committed "
                   f"reference runs (<code>{html.escape(str(references_root))}/</code>, labelled reference) for the "
                   f"machines below.</p>")
 

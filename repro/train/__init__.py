@@ -1,4 +1,4 @@
-"""Training, decoding, BLEU and fairseq interop for the translation claims (issue 4).
+"""Training, decoding, BLEU and fairseq interop for the translation claims.
 
 Submodules: :mod:`.loop` (training loop: schedules, checkpoints, resume, divergence), :mod:`.decode` (greedy and
 beam search), :mod:`.bleu` (sacrebleu BLEU, copy baseline, paired bootstrap), :mod:`.fairseq_import`,

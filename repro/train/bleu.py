@@ -1,4 +1,4 @@
-"""BLEU for the translation claims (issue 4): sacrebleu corpus BLEU (Post 2018) with its signature, the copy
+"""BLEU for the translation claims: sacrebleu corpus BLEU (Post 2018) with its signature, the copy
 baseline and the placeholder-free subset, and paired bootstrap resampling (Koehn 2004).
 
 Head pruning (Michel et al. 2019, Table 1-2) asks whether ablating one head changes BLEU significantly: compute

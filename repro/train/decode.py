@@ -1,4 +1,4 @@
-"""Batched greedy and beam-search decoding for the translation claims (issue 4).
+"""Batched greedy and beam-search decoding for the translation claims.
 
 Greedy decoding uses the shared model's incremental cache (``model.decoder.new_cache()``, one step per call
 with ``offset=t``), so a step costs one token per sentence; head pruning (Michel et al. 2019, Fig. 1-2) decodes
@@ -122,6 +122,105 @@ def _reorder_cache(cache: list, order: torch.Tensor, kinds=("self", "cross")) ->
                 c["v"] = c["v"].index_select(0, order)
 
 
+@dataclass
+class _Beams:
+    """Beam-search state of the open sentences of a batch: row ``b * K + j`` is beam ``j`` of sentence ``b``.
+    Finished sentences are dropped (as fairseq does), so a batch costs what its open sentences cost."""
+    K: int
+    tokens: torch.Tensor  # (B * K, t + 1): the start token and the tokens so far
+    steps: torch.Tensor  # (B * K, t): per-token log-probabilities of each live beam
+    scores: torch.Tensor  # (B, K): summed log-probabilities
+    caps: torch.Tensor  # (B,): length caps
+    memory: torch.Tensor  # (B, S, d): one encoder output per sentence
+    mask: torch.Tensor
+    cache: list
+    finalized: list  # per sentence: its list in the result (finalised hypotheses)
+    done: list
+    caps_l: list
+
+    @property
+    def B(self) -> int:
+        return len(self.done)
+
+    def log_probs(self, model, t: int, banned: list[int], eos_id: int, vocab_limit: int | None) -> torch.Tensor:
+        """(B * K, V) next-token log-probabilities under the token rules (see the module docstring)."""
+        logits = model.decode(self.tokens[:, -1:], self.memory, self.mask, cache=self.cache, offset=t)[:, -1].float()
+        if vocab_limit is not None:
+            logits[:, vocab_limit:] = float("-inf")
+        lp = torch.log_softmax(logits, -1)
+        _ban(lp, banned)
+        if t == 0:
+            lp[:, eos_id] = float("-inf")  # fairseq's min_len = 1
+        at_cap = (t >= self.caps).repeat_interleave(self.K)  # must end now
+        if bool(at_cap.any()):
+            eos_lp = lp[:, eos_id].clone()
+            lp.masked_fill_(at_cap[:, None], float("-inf"))
+            lp[:, eos_id] = torch.where(at_cap, eos_lp, lp[:, eos_id])
+        return lp
+
+    def candidates(self, lp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(score, beam, token) of the 2K best candidates per sentence; NaN log-probabilities become -inf."""
+        B, K, V = self.B, self.K, lp.shape[-1]
+        cand = (self.scores.view(B * K, 1) + lp).view(B, K * V)
+        top_v, top_i = cand.topk(2 * K, dim=1)
+        if bool(top_v.isnan().any()):  # topk ranks NaN above every number, so any NaN in lp shows up here:
+            lp.masked_fill_(lp.isnan(), float("-inf"))  # fairseq's lprobs[lprobs != lprobs] = -inf, then again
+            cand = (self.scores.view(B * K, 1) + lp).view(B, K * V)
+            top_v, top_i = cand.topk(2 * K, dim=1)
+        return top_v, top_i // V, top_i % V
+
+    def finalise(self, t: int, is_eos, top_v, beam_idx, lp, eos_id: int, len_penalty: float) -> None:
+        """Finalise the eos candidates ranked among the top K; a sentence is done with K hypotheses or at its cap."""
+        K, finalized, done = self.K, self.finalized, self.done
+        eos_pos = (is_eos[:, :K]).nonzero().tolist()
+        if eos_pos:
+            prev, prev_lp = self.tokens[:, 1:].tolist(), self.steps.tolist()
+            tv, bi = top_v.tolist(), beam_idx.tolist()
+            eos_lp = lp[:, eos_id].tolist()
+            for b, j in eos_pos:
+                if done[b] or len(finalized[b]) >= K:
+                    continue
+                row = b * K + bi[b][j]
+                hyp = prev[row] + [eos_id]
+                finalized[b].append((tv[b][j] / (len(hyp) ** len_penalty), hyp, prev_lp[row] + [eos_lp[row]]))
+        for b in range(self.B):
+            if not done[b] and (len(finalized[b]) >= K or t >= self.caps_l[b]):
+                done[b] = True
+
+    def advance(self, top_v, beam_idx, tok_idx, is_eos, lp, eos_id: int, pad_id: int, dev) -> None:
+        """The K best non-eos candidates per sentence continue (finished sentences get pad and score -inf)."""
+        B, K, V = self.B, self.K, lp.shape[-1]
+        key = torch.arange(2 * K, device=dev)[None, :] + is_eos.long() * 2 * K + (~torch.isfinite(top_v)).long() * 4 * K
+        sel = key.argsort(1)[:, :K]
+        new_scores = top_v.gather(1, sel)
+        new_beam = beam_idx.gather(1, sel)
+        new_tok = tok_idx.gather(1, sel)
+        origin = (torch.arange(B, device=dev)[:, None] * K + new_beam).view(-1)
+        done_t = torch.tensor(self.done, device=dev)
+        step_lp = lp.view(B, K, V)[torch.arange(B, device=dev)[:, None], new_beam, new_tok].view(-1, 1)
+        new_scores = new_scores.masked_fill(done_t[:, None], float("-inf"))
+        new_scores = new_scores.masked_fill(new_tok == eos_id, float("-inf"))
+        new_col = new_tok.masked_fill(done_t[:, None], pad_id).view(-1, 1)  # finished sentences: pad
+        self.tokens = torch.cat([self.tokens.index_select(0, origin), new_col], 1)
+        self.steps = torch.cat([self.steps.index_select(0, origin), step_lp], 1)
+        _reorder_cache(self.cache, origin, kinds=("self",))  # beams move within their sentence: its memory stays
+        self.scores = new_scores
+
+    def drop_finished(self, dev) -> None:
+        """Keep the open sentences only (their beams' rows, memory, masks and cache)."""
+        K = self.K
+        keep = [i for i in range(self.B) if not self.done[i]]
+        ks = torch.tensor(keep, device=dev)
+        kr = (ks[:, None] * K + torch.arange(K, device=dev)[None, :]).view(-1)  # their beams' rows
+        self.tokens, self.steps = self.tokens.index_select(0, kr), self.steps.index_select(0, kr)
+        self.scores, self.caps = self.scores.index_select(0, ks), self.caps.index_select(0, ks)
+        self.memory, self.mask = self.memory.index_select(0, ks), self.mask.index_select(0, ks)
+        _reorder_cache(self.cache, kr, kinds=("self",))
+        _reorder_cache(self.cache, ks, kinds=("cross",))
+        self.finalized, self.caps_l = [self.finalized[i] for i in keep], [self.caps_l[i] for i in keep]
+        self.done = [False] * len(keep)
+
+
 @torch.inference_mode()
 def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
                 len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
@@ -139,79 +238,23 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
     memory, mask = model.encode(src, src_pad_mask), src_pad_mask
     cache = model.decoder.new_cache()
     tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=dev)
-    steps = torch.zeros((B * K, 0), device=dev)  # per-token log-probabilities of each live beam
+    steps = torch.zeros((B * K, 0), device=dev)
     scores = torch.full((B, K), float("-inf"), device=dev)
     scores[:, 0] = 0.0  # all beams start identical: keep one (fairseq: lprobs[:, ::beam_size] at step 0)
     results: list[list[tuple[float, list[int], list[float]]]] = [[] for _ in range(B)]
-    finalized = list(results)  # per row of the current (compacted) batch: the same lists as in `results`
-    done = [False] * B
-    caps_l = caps.tolist()
+    s = _Beams(K, tokens, steps, scores, caps, memory, mask, cache, finalized=list(results), done=[False] * B,
+               caps_l=caps.tolist())
     for t in range(T):
-        logits = model.decode(tokens[:, -1:], memory, mask, cache=cache, offset=t)[:, -1].float()
-        if vocab_limit is not None:
-            logits[:, vocab_limit:] = float("-inf")
-        lp = torch.log_softmax(logits, -1)
-        V = lp.shape[-1]
-        _ban(lp, banned)
-        if t == 0:
-            lp[:, eos_id] = float("-inf")  # fairseq's min_len = 1
-        at_cap = (t >= caps).repeat_interleave(K)  # must end now
-        if bool(at_cap.any()):
-            eos_lp = lp[:, eos_id].clone()
-            lp.masked_fill_(at_cap[:, None], float("-inf"))
-            lp[:, eos_id] = torch.where(at_cap, eos_lp, lp[:, eos_id])
-        cand = (scores.view(B * K, 1) + lp).view(B, K * V)
-        top_v, top_i = cand.topk(2 * K, dim=1)
-        if bool(top_v.isnan().any()):  # topk ranks NaN above every number, so any NaN in lp shows up here:
-            lp.masked_fill_(lp.isnan(), float("-inf"))  # fairseq's lprobs[lprobs != lprobs] = -inf, then again
-            cand = (scores.view(B * K, 1) + lp).view(B, K * V)
-            top_v, top_i = cand.topk(2 * K, dim=1)
-        beam_idx, tok_idx = top_i // V, top_i % V
+        lp = s.log_probs(model, t, banned, eos_id, vocab_limit)
+        top_v, beam_idx, tok_idx = s.candidates(lp)
         is_eos = (tok_idx == eos_id) & torch.isfinite(top_v)
-        # finalise eos candidates ranked among the top K
-        eos_pos = (is_eos[:, :K]).nonzero().tolist()
-        if eos_pos:
-            prev, prev_lp = tokens[:, 1:].tolist(), steps.tolist()
-            tv, bi = top_v.tolist(), beam_idx.tolist()
-            eos_lp = lp[:, eos_id].tolist()
-            for b, j in eos_pos:
-                if done[b] or len(finalized[b]) >= K:
-                    continue
-                row = b * K + bi[b][j]
-                hyp = prev[row] + [eos_id]
-                finalized[b].append((tv[b][j] / (len(hyp) ** len_penalty), hyp, prev_lp[row] + [eos_lp[row]]))
-        for b in range(B):
-            if not done[b] and (len(finalized[b]) >= K or t >= caps_l[b]):
-                done[b] = True
-        if all(done):
+        s.finalise(t, is_eos, top_v, beam_idx, lp, eos_id, len_penalty)
+        if all(s.done):
             break
-        # the K best non-eos candidates continue
-        key = torch.arange(2 * K, device=dev)[None, :] + is_eos.long() * 2 * K + (~torch.isfinite(top_v)).long() * 4 * K
-        sel = key.argsort(1)[:, :K]
-        new_scores = top_v.gather(1, sel)
-        new_beam = beam_idx.gather(1, sel)
-        new_tok = tok_idx.gather(1, sel)
-        origin = (torch.arange(B, device=dev)[:, None] * K + new_beam).view(-1)
-        done_t = torch.tensor(done, device=dev)
-        step_lp = lp.view(B, K, V)[torch.arange(B, device=dev)[:, None], new_beam, new_tok].view(-1, 1)
-        new_scores = new_scores.masked_fill(done_t[:, None], float("-inf"))
-        new_scores = new_scores.masked_fill(new_tok == eos_id, float("-inf"))
-        new_col = new_tok.masked_fill(done_t[:, None], pad_id).view(-1, 1)  # finished sentences: pad
-        tokens = torch.cat([tokens.index_select(0, origin), new_col], 1)
-        steps = torch.cat([steps.index_select(0, origin), step_lp], 1)
-        _reorder_cache(cache, origin, kinds=("self",))  # beams move within their sentence: its memory stays
-        scores = new_scores
-        n_done = sum(done)
-        if n_done and n_done >= B / 4:  # drop finished sentences (as fairseq does): a batch costs what its open ones cost
-            keep = [i for i in range(B) if not done[i]]
-            ks = torch.tensor(keep, device=dev)
-            kr = (ks[:, None] * K + torch.arange(K, device=dev)[None, :]).view(-1)  # their beams' rows
-            tokens, steps, scores = tokens.index_select(0, kr), steps.index_select(0, kr), scores.index_select(0, ks)
-            caps, memory, mask = caps.index_select(0, ks), memory.index_select(0, ks), mask.index_select(0, ks)
-            _reorder_cache(cache, kr, kinds=("self",))
-            _reorder_cache(cache, ks, kinds=("cross",))
-            finalized, caps_l = [finalized[i] for i in keep], [caps_l[i] for i in keep]
-            B, done = len(keep), [False] * len(keep)
+        s.advance(top_v, beam_idx, tok_idx, is_eos, lp, eos_id, pad_id, dev)
+        n_done = sum(s.done)
+        if n_done and n_done >= s.B / 4:  # a quarter of the sentences finished: drop them
+            s.drop_finished(dev)
     # best first; Python's sort is stable, so equal scores keep the order in which they were finalised
     return [sorted(f, key=lambda x: -x[0]) for f in results]
 

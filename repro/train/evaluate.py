@@ -1,12 +1,12 @@
-"""Command line: the translation benchmark of issue 4 -- decode the test set with the trained model and write
+"""Command line: the suite's translation benchmark -- decode the test set with the trained model and write
 BLEU results records (sacrebleu signature, full test, placeholder-free subset, copy baseline, decoding tokens/s,
 minutes trained) under ``results/<hw>/<scale>/translation/`` via repro.io.
 
 ``python -m repro.train.evaluate --params JSON --scale S --model DIR --out RESULTS_DIR [--lm DIR]``
 
-Verdict (issue 4 target): the test BLEU reaches ``eval.target_bleu`` with at least 6 encoder layers and at least
-4 heads per layer; tiny scale is not_applicable (plumbing only).  The hypotheses are written to
-``test.hyp.txt`` so claims and readers can inspect them.
+Verdict (the suite's own target, not a paper's number): the test BLEU reaches ``eval.target_bleu`` with at least
+6 encoder layers and at least 4 heads per layer; tiny scale is not_applicable (plumbing only).  The hypotheses are
+written to ``test.hyp.txt`` so claims and readers can inspect them.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch
 from repro import provenance
 from repro.bench.fingerprint import fingerprint
 from repro.io import metric, write_results
-from repro.verdicts import check, verdict_from_checks
+from repro.verdicts import Rows, check, numbers, verdict_from_checks
 from repro.cli import add_params_arguments, load_params, setup_logging
 from repro.train.bleu import bleu_report
 from repro.train.decode import DecodeConfig
@@ -93,10 +93,8 @@ def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path 
 def judge(rows: list[dict], params: dict, scale: str, summary: dict) -> dict:
     """The shared model's own target (not a paper's number): test BLEU >= eval.target_bleu from a model with >= 6
     encoder layers and >= 4 heads, beside the copy-the-source baseline."""
-    from repro.verdicts import numbers
-
-    test_bleu = next(r["value"] for r in rows if r["metric"] == "bleu" and r["sweep"].get("split") == "test")
-    copy = next(r["value"] for r in rows if r["metric"] == "bleu_copy_baseline" and r["sweep"].get("split") == "test")
+    test = Rows(rows).where(split="test")
+    test_bleu, copy = test.metric("bleu").value(), test.metric("bleu_copy_baseline").value()
     target = params["eval"]["target_bleu"]
     checks = [
         check("test BLEU reaches the target", test_bleu >= target,

@@ -1,4 +1,4 @@
-"""Import a fairseq transformer checkpoint (Ott et al. 2019) into the shared EncoderDecoder (issue 4).
+"""Import a fairseq transformer checkpoint (Ott et al. 2019) into the shared EncoderDecoder.
 
 At paper scale the head-pruning claim (Michel et al. 2019, Tables 1-2, Fig. 2-3) evaluates and prunes published
 fairseq models (WMT'14 en-fr "Large", IWSLT14 de-en).  fairseq itself does not import on Python 3.11, so this
@@ -190,15 +190,9 @@ class FairseqImport:
     tgt_vocab: int
 
 
-def import_fairseq_checkpoint(path: str | Path, src_dict: str | Path | None = None,
-                              tgt_dict: str | Path | None = None, direction: str | None = None) -> FairseqImport:
-    """Load ``path`` and its dictionaries into an EncoderDecoder with identical outputs (in eval mode).
-
-    Dictionaries default to ``dict.<src>.txt`` / ``dict.<tgt>.txt`` beside the checkpoint, with the languages
-    from the checkpoint's ``source_lang``/``target_lang`` (or ``direction`` like "de-en")."""
-    path = Path(path)
-    state = safe_load(path)
-    a = checkpoint_args(state, path)
+def _dictionaries(state: Mapping, a: Mapping, path: Path, src_dict, tgt_dict, direction: str | None):
+    """(source dictionary, target dictionary, their paths): the paths given, else ``dict.<lang>.txt`` beside the
+    checkpoint with the languages of ``direction`` or of the checkpoint's task; both must share the pad index."""
     task = state.get("cfg", {}).get("task") if isinstance(state.get("cfg"), Mapping) else None
     ta = dict(vars(task)) if isinstance(task, argparse.Namespace) else dict(task or {})
     if direction:
@@ -213,21 +207,26 @@ def import_fairseq_checkpoint(path: str | Path, src_dict: str | Path | None = No
     sd, td = read_fairseq_dictionary(src_dict), read_fairseq_dictionary(tgt_dict)
     if sd.pad_index != td.pad_index:
         raise FairseqImportError(f"{src_dict} and {tgt_dict}: different pad indices")
-    pad = td.pad_index
-    weights = state["model"]
+    return sd, td, src_dict, tgt_dict
+
+
+def _check_embeddings(weights, path: Path, sides) -> None:
+    """``weights`` is a state dict whose embedding tables have one row per symbol of each side's dictionary;
+    ``sides``: (side, dictionary, its path)."""
     if not isinstance(weights, Mapping):
         raise FairseqImportError(f"{path}: 'model' is a {type(weights).__name__}, expected a state dict")
-    # embedding shapes must match the dictionaries
-    for side, d, dpath in (("encoder", sd, src_dict), ("decoder", td, tgt_dict)):
+    for side, d, dpath in sides:
         w = weights.get(f"{side}.embed_tokens.weight")
         if w is None:
             raise FairseqImportError(f"{path}: missing key {side}.embed_tokens.weight")
         if w.shape[0] != len(d):
             raise FairseqImportError(f"{path}: {side}.embed_tokens.weight has {w.shape[0]} rows but {dpath} has "
                                      f"{len(d)} symbols")
-    cfg = model_config_from_args(a, len(sd), len(td), pad, path)
-    model = EncoderDecoder(cfg)
-    target = model.state_dict()
+
+
+def _mapped_weights(weights: Mapping, cfg, target: Mapping, path: Path) -> dict[str, torch.Tensor]:
+    """The fairseq weights under the shared model's keys (embedding tables padded to the joint vocabulary, tied
+    copies checked and dropped); fails naming unknown keys and shape mismatches."""
     new: dict[str, torch.Tensor] = {}
     unknown, mismatched = [], []
     for k, v in weights.items():
@@ -263,7 +262,13 @@ def import_fairseq_checkpoint(path: str | Path, src_dict: str | Path | None = No
                                  f"{', '.join(unknown[:12])}{' ...' if len(unknown) > 12 else ''}")
     if mismatched:
         raise FairseqImportError(f"{path}: shape mismatches: {'; '.join(mismatched[:8])}")
-    # positions: learned copy of fairseq's table starting at padding_idx + 1
+    return new
+
+
+def _position_tables(weights: Mapping, a: Mapping, cfg, pad: int, path: Path) -> dict[str, torch.Tensor]:
+    """The learned position tables of both sides: fairseq's table (learned, none, or sinusoidal) from row
+    padding_idx + 1 on."""
+    new = {}
     for side in ("encoder", "decoder"):
         learned = weights.get(f"{side}.embed_positions.weight")
         if learned is not None:
@@ -276,6 +281,27 @@ def import_fairseq_checkpoint(path: str | Path, src_dict: str | Path | None = No
             raise FairseqImportError(f"{path}: {side}.embed_positions.weight has {learned.shape[0]} rows, fewer than "
                                      f"max positions {cfg.max_seq_len} + padding_idx + 1")
         new[f"{side}.embed.position.weight"] = table[: cfg.max_seq_len].float()
+    return new
+
+
+def import_fairseq_checkpoint(path: str | Path, src_dict: str | Path | None = None,
+                              tgt_dict: str | Path | None = None, direction: str | None = None) -> FairseqImport:
+    """Load ``path`` and its dictionaries into an EncoderDecoder with identical outputs (in eval mode).
+
+    Dictionaries default to ``dict.<src>.txt`` / ``dict.<tgt>.txt`` beside the checkpoint, with the languages
+    from the checkpoint's ``source_lang``/``target_lang`` (or ``direction`` like "de-en")."""
+    path = Path(path)
+    state = safe_load(path)
+    a = checkpoint_args(state, path)
+    sd, td, src_dict, tgt_dict = _dictionaries(state, a, path, src_dict, tgt_dict, direction)
+    pad = td.pad_index
+    weights = state["model"]
+    _check_embeddings(weights, path, (("encoder", sd, src_dict), ("decoder", td, tgt_dict)))
+    cfg = model_config_from_args(a, len(sd), len(td), pad, path)
+    model = EncoderDecoder(cfg)
+    target = model.state_dict()
+    new = _mapped_weights(weights, cfg, target, path)
+    new.update(_position_tables(weights, a, cfg, pad, path))  # positions: learned copy of fairseq's table
     missing = sorted(k for k in target if k not in new and not (cfg.share_encoder_decoder_embeddings
                                                                  and k == "decoder.embed.token.weight"))
     if missing:

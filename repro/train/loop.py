@@ -1,4 +1,4 @@
-"""Training loop for the translation claims (issue 4): encoder-decoder (Vaswani et al. 2017) and decoder-only LM.
+"""Training loop for the translation claims: encoder-decoder (Vaswani et al. 2017) and decoder-only LM.
 
 Used by head pruning (Michel et al. 2019: train, then fine-tune with a gate penalty), warm-up stability
 (Xiong et al. 2020: Post-LN vs Pre-LN with and without warm-up, divergence counted) and layer pruning
@@ -40,8 +40,11 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from repro.errors import CheckpointError, TrainConfigError
+from repro.io import atomic_temp, atomic_write_json, atomic_write_text, remove_stale_temps
+from repro.progress import Progress
 
 log = logging.getLogger("repro.train")
 CKPT_NAME = "checkpoint_last.pt"
@@ -226,8 +229,6 @@ def _set_rng_state(s: dict) -> None:
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     """``torch.save`` to a temporary file in the same folder, then rename: a crash never leaves half a file."""
-    from repro.io import atomic_temp
-
     path = Path(path)
     tmp = atomic_temp(path)  # umask permissions, like every results file
     try:
@@ -305,8 +306,6 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
 def write_curve_csv(path: str | Path, curve: list[dict], valid_curve: list[dict]) -> None:
     """One row per update (step, loss, nll, lr, grad_norm, tokens, elapsed_s) with valid_loss/valid_nll on the
     updates where validation ran."""
-    from repro.io import atomic_write_text
-
     vmap = {v["step"]: v for v in valid_curve}
     cols = ["step", "epoch", "loss", "nll", "lr", "grad_norm", "tokens", "elapsed_s", "valid_loss", "valid_nll"]
     buf = io.StringIO()
@@ -334,6 +333,261 @@ def make_optimizer(params: list, opt_c: OptimConfig, device) -> torch.optim.Opti
                    **({"weight_decay": decay} if decay > 0 else {}))
 
 
+def _budget_clock(run_c: RunConfig, device: torch.device) -> Callable[[], float]:
+    """The clock ``max_minutes`` and the tokens-per-second rate are measured on."""
+    if run_c.budget_clock == "process":  # CPU time per thread: the same budget on a busy or an idle machine
+        nthreads = max(1, torch.get_num_threads()) if device.type == "cpu" else 1
+        return lambda: time.process_time() / nthreads
+    return time.perf_counter
+
+
+def _resumable_state(ckpt_path: Path | None, resume: bool, identity: dict, device) -> dict | None:
+    """The saved state to continue from, or None: half-written checkpoints of a killed run are removed, and a state
+    trained with another configuration is set aside (never resumed)."""
+    if ckpt_path is None:
+        return None
+    remove_stale_temps(ckpt_path.parent)  # half-written checkpoints of a killed run
+    if not (resume and ckpt_path.exists()):
+        return None
+    st = load_checkpoint(ckpt_path, map_location=device)
+    changed = _identity_changes(st, identity)
+    if changed:
+        stale = set_aside(ckpt_path)
+        log.warning("%s was trained with another configuration (changed: %s): starting afresh; the old state "
+                    "is kept as %s", ckpt_path, ", ".join(changed[:8]), stale)
+        return None
+    return st
+
+
+def _grad_norm(model, clip_norm: float) -> float:
+    """Global norm of the gradients (before clipping); they are clipped to norm ``clip_norm`` when it is > 0."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if clip_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, clip_norm, foreach=True))
+    return float(torch.linalg.vector_norm(torch.stack([p.grad.detach().norm() for p in params]))) if params else 0.0
+
+
+class _Training:
+    """One call of :func:`train`: the run's counters and curves (restored from a checkpoint on resume), this
+    call's clocks, and the steps of the loop (an update, its log line, validation, checkpoints, the end)."""
+
+    def __init__(self, model, optimizer, opt_c: OptimConfig, sch_c: ScheduleConfig, run_c: RunConfig,
+                 valid_batches: list | None, ckpt_path: Path | None, ckpt_extra: Mapping | None, identity: dict,
+                 curve_path, device: torch.device, pad: int):
+        self.model, self.optimizer, self.opt_c, self.sch_c, self.run_c = model, optimizer, opt_c, sch_c, run_c
+        self.valid_batches, self.ckpt_path, self.ckpt_extra = valid_batches, ckpt_path, ckpt_extra
+        self.identity, self.curve_path, self.device, self.pad = identity, curve_path, device, pad
+        self.step, self.epoch, self.pos_in_epoch, self.elapsed, self.n_tokens, self.wall_prev = 0, 0, 0, 0.0, 0, 0.0
+        self.curve: list[dict] = []
+        self.valid_curve: list[dict] = []
+        self.resumed_from = None
+        self.stop_reason, self.diverged_step = None, None
+
+    def restore(self, st: dict) -> TrainResult | None:
+        """Continue from the saved state ``st``; the result when it is a finished run (nothing left to do)."""
+        self.model.load_state_dict(st["model"])
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.step, self.epoch, self.pos_in_epoch = st["step"], st["epoch"], st["pos_in_epoch"]
+        self.elapsed, self.n_tokens, self.wall_prev = st["elapsed_s"], st["train_tokens"], st.get("wall_s", 0.0)
+        self.curve, self.valid_curve = st["curve"], st["valid_curve"]
+        _set_rng_state(st["rng"])
+        self.resumed_from = self.step
+        if st.get("finished"):
+            log.info("checkpoint %s is a finished run (step %d, %s); nothing to do", self.ckpt_path, self.step,
+                     st["stop_reason"])
+            return self._result(st["stop_reason"], st.get("diverged_step"), self.wall_prev)
+        log.info("resumed from %s at step %d (epoch %d, batch %d, %.1f min trained)", self.ckpt_path, self.step,
+                 self.epoch, self.pos_in_epoch, self.elapsed / 60)
+        return None
+
+    def start(self) -> None:
+        """Progress bar and log lines, training mode, and this call's clocks (the budget clock continues from the
+        minutes already trained)."""
+        run_c = self.run_c
+        self.clock = _budget_clock(run_c, self.device)
+        self.bar = None
+        if run_c.progress and sys.stderr.isatty():
+            self.bar = tqdm(total=run_c.max_steps, initial=self.step, file=sys.stderr, unit="upd", dynamic_ncols=True)
+        self.progress = Progress("training", run_c.max_steps, "steps", run_c.progress_every_s, log, done=self.step)
+        self.model.train()
+        self.calls = 0
+        self.t_last_ckpt = time.perf_counter()
+        self.window = {"loss": 0.0, "tok": 0, "t": time.perf_counter(), "n": 0}
+        self.t_start = self.clock() - self.elapsed
+        self.wall0 = time.perf_counter()
+
+    def _wall_s(self) -> float:
+        return self.wall_prev + time.perf_counter() - self.wall0
+
+    def _result(self, stop_reason, diverged_step, wall_s) -> TrainResult:
+        return _result(stop_reason, self.step, self.epoch, self.elapsed, self.n_tokens, self.curve, self.valid_curve,
+                       self.resumed_from, diverged_step, self.run_c.budget_clock, wall_s)
+
+    def state(self, finished=False, stop_reason=None, diverged_step=None) -> dict:
+        """What a checkpoint holds: model, optimizer, schedule, counters, curves, RNG states, the run's settings and
+        identity, and the caller's ``ckpt_extra``."""
+        opt_c, sch_c = self.opt_c, self.sch_c
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "schedule": {**asdict(sch_c), "step": self.step, "lr": lr_at(self.step, opt_c.lr, sch_c)},
+                "step": self.step, "epoch": self.epoch, "pos_in_epoch": self.pos_in_epoch, "elapsed_s": self.elapsed,
+                "train_tokens": self.n_tokens, "wall_s": self._wall_s(), "curve": self.curve,
+                "valid_curve": self.valid_curve, "rng": _rng_state(),
+                "finished": finished, "stop_reason": stop_reason, "diverged_step": diverged_step,
+                "optim_cfg": asdict(opt_c), "run_cfg": asdict(self.run_c), **(dict(self.ckpt_extra or {})),
+                "identity": json.dumps(self.identity, sort_keys=True, default=str)}
+
+    def checkpoint(self, **kw) -> None:
+        if self.ckpt_path is not None:
+            save_checkpoint(self.ckpt_path, self.state(**kw))
+
+    def validate(self) -> None:
+        if not self.valid_batches:
+            return
+        r = evaluate_loss(self.model, self.valid_batches, self.pad, self.opt_c.label_smoothing, self.device)
+        self.valid_curve.append({"step": self.step, "valid_loss": r["loss"], "valid_nll": r["nll"]})
+        log.info("step %d: valid loss %.4f nll %.4f ppl %.2f", self.step, r["loss"], r["nll"], r["ppl"])
+
+    def epoch_pass(self, train_batches_fn, extra_loss, stop_after_steps) -> TrainResult | None:
+        """The rest of epoch ``self.epoch``: sets ``stop_reason`` when the run ends; returns the result when this
+        call stops early (``stop_after_steps``)."""
+        batches = iter(train_batches_fn(self.epoch))
+        # skip batches already used before a resume; a checkpoint written on an epoch's last batch skips them
+        # all, which is a finished epoch (not an empty training set)
+        skipped = sum(1 for _ in zip(range(self.pos_in_epoch), batches))
+        got_any = skipped > 0
+        for batch in batches:
+            got_any = True
+            self.stop_reason = self._limit_reached() or self._update(batch, extra_loss)
+            if self.stop_reason is not None:
+                return None
+            self._every_n_steps()
+            if stop_after_steps is not None and self.calls >= stop_after_steps:
+                return self._interrupt()
+        if not got_any:
+            raise ValueError("train_batches_fn returned no batches (empty training set?)")
+        self.epoch += 1
+        self.pos_in_epoch = 0
+        return None
+
+    def _limit_reached(self) -> str | None:
+        run_c = self.run_c
+        if run_c.max_steps is not None and self.step >= run_c.max_steps:
+            return "max_steps"
+        if run_c.max_minutes is not None and self.elapsed >= run_c.max_minutes * 60:
+            return "max_minutes"
+        return None
+
+    def _curve_row(self, lval: float, nll_sum, ntok: int, lr: float, gn: float, elapsed: float) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "loss": lval, "nll": float(nll_sum) / max(ntok, 1), "lr": lr,
+                "grad_norm": gn, "tokens": ntok, "elapsed_s": elapsed}
+
+    def _diverged(self, row: dict, message: str, *args) -> str:
+        self.diverged_step = self.step
+        self.curve.append(row)
+        log.warning(message, *args)
+        return "diverged"
+
+    def _update(self, batch, extra_loss) -> str | None:
+        """One optimizer update on ``batch``; "diverged" (and no update) on a non-finite or exploding loss or a
+        non-finite gradient norm."""
+        opt_c, model = self.opt_c, self.model
+        batch = batch.to(self.device)
+        lr = lr_at(self.step, opt_c.lr, self.sch_c)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        ntok = batch.ntokens
+        loss_sum, nll_sum, _ = model_loss(model, batch, opt_c.label_smoothing, self.pad)
+        loss = loss_sum / max(ntok, 1)
+        if extra_loss is not None:
+            loss = loss + extra_loss(model)
+        lval = float(loss.detach())
+        if not math.isfinite(lval) or lval > self.run_c.explode_loss:
+            return self._diverged(self._curve_row(lval, nll_sum, ntok, lr, float("nan"), self.elapsed),
+                                  "step %d: loss %s (explode threshold %g): diverged", self.step, lval,
+                                  self.run_c.explode_loss)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = _grad_norm(model, opt_c.clip_norm)
+        if not math.isfinite(gn):
+            return self._diverged(self._curve_row(lval, nll_sum, ntok, lr, gn, self.elapsed),
+                                  "step %d: gradient norm %s: diverged", self.step, gn)
+        self.optimizer.step()
+        self._count(lval, nll_sum, ntok, lr, gn)
+        self._log_window(lr, gn)
+        return None
+
+    def _count(self, lval: float, nll_sum, ntok: int, lr: float, gn: float) -> None:
+        """Counters, curve, log window and progress bar after an update."""
+        self.step += 1
+        self.progress.done = self.step
+        self.pos_in_epoch += 1
+        self.calls += 1
+        self.n_tokens += ntok
+        self.elapsed = self.clock() - self.t_start
+        self.curve.append(self._curve_row(lval, nll_sum, ntok, lr, gn, round(self.elapsed, 3)))
+        self.window["loss"] += lval
+        self.window["tok"] += ntok
+        self.window["n"] += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{lval:.3f}", lr=f"{lr:.2e}")
+
+    def _log_window(self, lr: float, gn: float) -> None:
+        """One line per log window (or per progress_every_s): loss, speed and an ETA (tail -f the job log)."""
+        run_c, window = self.run_c, self.window
+        now = time.perf_counter()
+        if self.step % run_c.log_every == 0 or time.monotonic() - self.progress.last >= run_c.progress_every_s:
+            eta = self.progress.eta_s()
+            if run_c.max_minutes is not None:
+                left = max(run_c.max_minutes * 60 - self.elapsed, 0.0)
+                eta = left if eta is None else min(eta, left)
+            note = (f"ep {self.epoch} loss {window['loss'] / window['n']:.4f} lr {lr:.3e} gnorm {gn:.2f} "
+                    f"{window['tok'] / max(now - window['t'], 1e-9):.0f} tok/s")
+            self.progress.update(0, note=note, eta_s=eta, force=True)
+            self.window = {"loss": 0.0, "tok": 0, "t": now, "n": 0}
+
+    def _every_n_steps(self) -> None:
+        """Validation every ``valid_every`` steps and a checkpoint every ``ckpt_every_steps`` steps or
+        ``ckpt_every_minutes``; neither counts as training time."""
+        run_c = self.run_c
+        if self.step % run_c.valid_every == 0:
+            t0, c0 = time.perf_counter(), self.clock()
+            self.validate()
+            self.t_start += self.clock() - c0  # validation time is not training time
+            self.window["t"] += time.perf_counter() - t0
+        if self.step % run_c.ckpt_every_steps == 0 or \
+                time.perf_counter() - self.t_last_ckpt >= run_c.ckpt_every_minutes * 60:
+            c0 = self.clock()
+            self.checkpoint()
+            self.t_last_ckpt = time.perf_counter()
+            self.t_start += self.clock() - c0
+
+    def _interrupt(self) -> TrainResult:
+        """End this call (``stop_after_steps``) with a checkpoint to resume from, without ending the run."""
+        self.checkpoint()
+        if self.bar is not None:
+            self.bar.close()
+        if self.curve_path:
+            write_curve_csv(self.curve_path, self.curve, self.valid_curve)
+        log.info("stopping this call after %d updates (step %d); resume to continue", self.calls, self.step)
+        return self._result("interrupted", None, self._wall_s())
+
+    def finish(self) -> TrainResult:
+        """End the run: a last validation (unless it diverged or just validated), the finished checkpoint, the
+        curve file and the closing log line."""
+        if self.bar is not None:
+            self.bar.close()
+        if self.stop_reason != "diverged" and (not self.valid_curve or self.valid_curve[-1]["step"] != self.step):
+            self.validate()
+        self.checkpoint(finished=True, stop_reason=self.stop_reason, diverged_step=self.diverged_step)
+        if self.curve_path:
+            write_curve_csv(self.curve_path, self.curve, self.valid_curve)
+        res = self._result(self.stop_reason, self.diverged_step, self._wall_s())
+        log.info("training stopped (%s) at step %d after %.1f min: loss %s, valid %s, %.0f tok/s", self.stop_reason,
+                 self.step, self.elapsed / 60, res.final_loss, res.last_valid_loss, res.tokens_per_s)
+        return res
+
+
 def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: list | None,
           optim_cfg: OptimConfig | Mapping, schedule_cfg: ScheduleConfig | Mapping, run_cfg: RunConfig | Mapping,
           ckpt_dir: str | Path | None = None, extra_loss: Callable | None = None, curve_path: str | Path | None = None,
@@ -354,192 +608,21 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
     model.to(device)
     optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], opt_c, device)
     ckpt_path = Path(ckpt_dir) / CKPT_NAME if ckpt_dir else None
-
-    step, epoch, pos_in_epoch, elapsed, n_tokens, wall_prev = 0, 0, 0, 0.0, 0, 0.0
-    curve: list[dict] = []
-    valid_curve: list[dict] = []
-    resumed_from = None
     seed_everything(run_c.seed)
     identity = run_identity(opt_c, sch_c, run_c, ckpt_extra)
-    st = None
-    if ckpt_path is not None:
-        from repro.io import remove_stale_temps
-
-        remove_stale_temps(ckpt_path.parent)  # half-written checkpoints of a killed run
-    if ckpt_path is not None and resume and ckpt_path.exists():
-        st = load_checkpoint(ckpt_path, map_location=device)
-        changed = _identity_changes(st, identity)
-        if changed:
-            stale = set_aside(ckpt_path)
-            log.warning("%s was trained with another configuration (changed: %s): starting afresh; the old state "
-                        "is kept as %s", ckpt_path, ", ".join(changed[:8]), stale)
-            st = None
+    st = _resumable_state(ckpt_path, resume, identity, device)
+    t = _Training(model, optimizer, opt_c, sch_c, run_c, valid_batches, ckpt_path, ckpt_extra, identity, curve_path,
+                  device, pad)
     if st is not None:
-        model.load_state_dict(st["model"])
-        optimizer.load_state_dict(st["optimizer"])
-        step, epoch, pos_in_epoch = st["step"], st["epoch"], st["pos_in_epoch"]
-        elapsed, n_tokens, wall_prev = st["elapsed_s"], st["train_tokens"], st.get("wall_s", 0.0)
-        curve, valid_curve = st["curve"], st["valid_curve"]
-        _set_rng_state(st["rng"])
-        resumed_from = step
-        if st.get("finished"):
-            log.info("checkpoint %s is a finished run (step %d, %s); nothing to do", ckpt_path, step, st["stop_reason"])
-            return _result(st["stop_reason"], step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from,
-                           st.get("diverged_step"), run_c.budget_clock, wall_prev)
-        log.info("resumed from %s at step %d (epoch %d, batch %d, %.1f min trained)", ckpt_path, step, epoch,
-                 pos_in_epoch, elapsed / 60)
-
-    def state(finished=False, stop_reason=None, diverged_step=None) -> dict:
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "schedule": {**asdict(sch_c), "step": step, "lr": lr_at(step, opt_c.lr, sch_c)},
-                "step": step, "epoch": epoch, "pos_in_epoch": pos_in_epoch, "elapsed_s": elapsed,
-                "train_tokens": n_tokens, "wall_s": wall_prev + time.perf_counter() - wall0, "curve": curve,
-                "valid_curve": valid_curve, "rng": _rng_state(),
-                "finished": finished, "stop_reason": stop_reason, "diverged_step": diverged_step,
-                "optim_cfg": asdict(opt_c), "run_cfg": asdict(run_c), **(dict(ckpt_extra or {})),
-                "identity": json.dumps(identity, sort_keys=True, default=str)}
-
-    def checkpoint(**kw):
-        if ckpt_path is not None:
-            save_checkpoint(ckpt_path, state(**kw))
-
-    def validate():
-        if not valid_batches:
-            return
-        r = evaluate_loss(model, valid_batches, pad, opt_c.label_smoothing, device)
-        valid_curve.append({"step": step, "valid_loss": r["loss"], "valid_nll": r["nll"]})
-        log.info("step %d: valid loss %.4f nll %.4f ppl %.2f", step, r["loss"], r["nll"], r["ppl"])
-
-    if run_c.budget_clock == "process":  # CPU time per thread: the same budget on a busy or an idle machine
-        nthreads = max(1, torch.get_num_threads()) if device.type == "cpu" else 1
-        clock = lambda: time.process_time() / nthreads
-    else:
-        clock = time.perf_counter
-
-    bar = None
-    if run_c.progress and sys.stderr.isatty():
-        from tqdm import tqdm
-        bar = tqdm(total=run_c.max_steps, initial=step, file=sys.stderr, unit="upd", dynamic_ncols=True)
-
-    from repro.progress import Progress
-
-    progress = Progress("training", run_c.max_steps, "steps", run_c.progress_every_s, log, done=step)
-    model.train()
-    stop_reason, diverged_step = None, None
-    calls = 0
-    t_last_ckpt = time.perf_counter()
-    window = {"loss": 0.0, "tok": 0, "t": time.perf_counter(), "n": 0}
-    t_start = clock() - elapsed
-    wall0 = time.perf_counter()
-    while stop_reason is None:
-        batches = iter(train_batches_fn(epoch))
-        # skip batches already used before a resume; a checkpoint written on an epoch's last batch skips them
-        # all, which is a finished epoch (not an empty training set)
-        skipped = sum(1 for _ in zip(range(pos_in_epoch), batches))
-        got_any = skipped > 0
-        for batch in batches:
-            got_any = True
-            if run_c.max_steps is not None and step >= run_c.max_steps:
-                stop_reason = "max_steps"
-                break
-            if run_c.max_minutes is not None and elapsed >= run_c.max_minutes * 60:
-                stop_reason = "max_minutes"
-                break
-            batch = batch.to(device)
-            lr = lr_at(step, opt_c.lr, sch_c)
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            ntok = batch.ntokens
-            loss_sum, nll_sum, _ = model_loss(model, batch, opt_c.label_smoothing, pad)
-            loss = loss_sum / max(ntok, 1)
-            if extra_loss is not None:
-                loss = loss + extra_loss(model)
-            lval = float(loss.detach())
-            if not math.isfinite(lval) or lval > run_c.explode_loss:
-                diverged_step = step
-                curve.append({"step": step, "epoch": epoch, "loss": lval, "nll": float(nll_sum) / max(ntok, 1),
-                              "lr": lr, "grad_norm": float("nan"), "tokens": ntok, "elapsed_s": elapsed})
-                log.warning("step %d: loss %s (explode threshold %g): diverged", step, lval, run_c.explode_loss)
-                stop_reason = "diverged"
-                break
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            params = [p for p in model.parameters() if p.grad is not None]
-            if opt_c.clip_norm > 0:
-                gn = float(torch.nn.utils.clip_grad_norm_(params, opt_c.clip_norm, foreach=True))
-            else:
-                gn = float(torch.linalg.vector_norm(torch.stack([p.grad.detach().norm() for p in params]))) \
-                    if params else 0.0
-            if not math.isfinite(gn):
-                diverged_step = step
-                curve.append({"step": step, "epoch": epoch, "loss": lval, "nll": float(nll_sum) / max(ntok, 1),
-                              "lr": lr, "grad_norm": gn, "tokens": ntok, "elapsed_s": elapsed})
-                log.warning("step %d: gradient norm %s: diverged", step, gn)
-                stop_reason = "diverged"
-                break
-            optimizer.step()
-            step += 1
-            progress.done = step
-            pos_in_epoch += 1
-            calls += 1
-            n_tokens += ntok
-            elapsed = clock() - t_start
-            curve.append({"step": step, "epoch": epoch, "loss": lval, "nll": float(nll_sum) / max(ntok, 1), "lr": lr,
-                          "grad_norm": gn, "tokens": ntok, "elapsed_s": round(elapsed, 3)})
-            window["loss"] += lval
-            window["tok"] += ntok
-            window["n"] += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{lval:.3f}", lr=f"{lr:.2e}")
-            now = time.perf_counter()
-            if step % run_c.log_every == 0 or time.monotonic() - progress.last >= run_c.progress_every_s:
-                # one line per log window (or per progress_every_s): loss, speed and an ETA (tail -f the job log)
-                eta = progress.eta_s()
-                if run_c.max_minutes is not None:
-                    left = max(run_c.max_minutes * 60 - elapsed, 0.0)
-                    eta = left if eta is None else min(eta, left)
-                note = (f"ep {epoch} loss {window['loss'] / window['n']:.4f} lr {lr:.3e} gnorm {gn:.2f} "
-                        f"{window['tok'] / max(now - window['t'], 1e-9):.0f} tok/s")
-                progress.update(0, note=note, eta_s=eta, force=True)
-                window = {"loss": 0.0, "tok": 0, "t": now, "n": 0}
-            if step % run_c.valid_every == 0:
-                t0, c0 = time.perf_counter(), clock()
-                validate()
-                t_start += clock() - c0  # validation time is not training time
-                window["t"] += time.perf_counter() - t0
-            if step % run_c.ckpt_every_steps == 0 or \
-                    time.perf_counter() - t_last_ckpt >= run_c.ckpt_every_minutes * 60:
-                c0 = clock()
-                checkpoint()
-                t_last_ckpt = time.perf_counter()
-                t_start += clock() - c0
-            if stop_after_steps is not None and calls >= stop_after_steps:
-                checkpoint()
-                if bar is not None:
-                    bar.close()
-                if curve_path:
-                    write_curve_csv(curve_path, curve, valid_curve)
-                log.info("stopping this call after %d updates (step %d); resume to continue", calls, step)
-                return _result("interrupted", step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from, None,
-                               run_c.budget_clock, wall_prev + time.perf_counter() - wall0)
-        else:
-            if not got_any:
-                raise ValueError("train_batches_fn returned no batches (empty training set?)")
-            epoch += 1
-            pos_in_epoch = 0
-    if bar is not None:
-        bar.close()
-    if stop_reason != "diverged" and (not valid_curve or valid_curve[-1]["step"] != step):
-        validate()
-    checkpoint(finished=True, stop_reason=stop_reason, diverged_step=diverged_step)
-    if curve_path:
-        write_curve_csv(curve_path, curve, valid_curve)
-    res = _result(stop_reason, step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from, diverged_step,
-                  run_c.budget_clock, wall_prev + time.perf_counter() - wall0)
-    log.info("training stopped (%s) at step %d after %.1f min: loss %s, valid %s, %.0f tok/s", stop_reason, step,
-             elapsed / 60, res.final_loss, res.last_valid_loss, res.tokens_per_s)
-    return res
+        finished = t.restore(st)
+        if finished is not None:
+            return finished
+    t.start()
+    while t.stop_reason is None:
+        interrupted = t.epoch_pass(train_batches_fn, extra_loss, stop_after_steps)
+        if interrupted is not None:
+            return interrupted
+    return t.finish()
 
 
 def _result(stop_reason, step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from, diverged_step,
@@ -555,6 +638,4 @@ def _result(stop_reason, step, epoch, elapsed, n_tokens, curve, valid_curve, res
 
 
 def write_summary(path: str | Path, result: TrainResult, **extra) -> None:
-    from repro.io import atomic_write_json
-
     atomic_write_json(path, {**result.summary(), **extra})

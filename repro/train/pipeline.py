@@ -1,4 +1,4 @@
-"""The translation artefact of issue 4 from config: data, model construction, training, loading a trained model.
+"""The shared translation artefact from config: data, model construction, training, loading a trained model.
 
 Parameters are one scale section of config/claims/translation.yaml (``repro.config.section("translation", s)``).
 The trained encoder-decoder (and the target-side LM) are shared by head pruning (Michel et al. 2019), warm-up

@@ -1,4 +1,4 @@
-"""Command line: the tokenizer step of the translation artefact (issue 4), from config.
+"""Command line: the tokenizer step of the translation artefact, from config.
 
 ``python -m repro.train.prepare --params JSON --out DIR`` checks the configured corpus (and fairseq checkpoint)
 paths, failing early with the config key named, then writes ``DIR/tokenizer.json`` pointing at the vocabulary:

@@ -1,4 +1,4 @@
-"""Command line: train the translation model or the target-side LM of issue 4 (or import a fairseq checkpoint).
+"""Command line: train the translation model or the target-side LM (or import a fairseq checkpoint).
 
 ``python -m repro.train.train --params JSON --tokenizer spm.model --out DIR [--lm]`` writes
 ``DIR/checkpoint_last.pt`` (resumed when present), ``DIR/curve.csv`` and ``DIR/summary.json``.

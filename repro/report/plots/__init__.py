@@ -21,7 +21,13 @@ from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+matplotlib.use("Agg")  # figures go to files only; set before pyplot is imported
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from repro import registry  # noqa: E402
+from repro.io import artifact_path, declared_files, read_verdict  # noqa: E402
 
 PUBLISHED_COLOR = "black"
 PUBLISHED_STYLE = {"color": PUBLISHED_COLOR, "ls": "--", "lw": 1.2}
@@ -39,42 +45,30 @@ class ResultFiles:
     @classmethod
     def of(cls, folder) -> "ResultFiles":
         """The declared files of a complete results folder (its verdict.json read)."""
-        from repro.io import read_verdict
-
         return cls(folder, read_verdict(folder))
 
     def names(self, pattern: str = "*") -> list[str]:
         """Declared file names (relative to the results folder) matching the glob ``pattern``, sorted."""
-        from repro.io import declared_files
-
         return sorted(n for n in declared_files(self.verdict) if fnmatch.fnmatch(n, pattern))
 
     def path(self, name: str) -> Path:
-        from repro.io import artifact_path
-
         return artifact_path(self.folder, name, self.verdict)
 
     def read_json(self, name: str):
         return json.loads(self.path(name).read_text())
 
     def read_csv(self, name: str):
-        import pandas as pd
-
         return pd.read_csv(self.path(name))
 
 
 def theme() -> None:
     """The suite's plot theme: seaborn whitegrid, 'notebook' context slightly reduced (labels about 10-11 pt)."""
-    import seaborn as sns
-
     sns.set_theme(style="whitegrid", context="notebook", palette="colorblind", font_scale=0.85,
                   rc={"figure.dpi": 110, "savefig.dpi": 110, "legend.fontsize": 8.5, "legend.title_fontsize": 9})
 
 
 def published(claim: str, key: str):
     """A published value from the registry (repro/registry/published.yaml): the number or list of numbers."""
-    from repro import registry
-
     return registry.published(claim, key)["value"]
 
 
@@ -109,8 +103,6 @@ def with_sweep(frame, *keys):
 
 def save(fig, out_dir, name: str) -> None:
     """Tight layout, PNG at 110 dpi into ``out_dir`` (legends outside the axes included), figure closed."""
-    import matplotlib.pyplot as plt
-
     fig.tight_layout()
     fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -7,11 +7,16 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-
 from . import ResultFiles, legend_outside, published, published_line, save as _save, with_sweep as _sweep
 
 
 def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    return [*_per_layer(metrics, out_dir), *_final_w2_vs_depth(metrics, out_dir), *_pre_over_post(metrics, out_dir),
+            *_lemma2(metrics, out_dir)]
+
+
+def _per_layer(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
+    """Fig 3(a,b): the FFN weights' gradient norm per layer, and every matrix's as a heatmap (LayerNorm)."""
     out = []
     g = metrics[(metrics["metric"] == "weight_grad_norm")]
     g = _sweep(g, "norm", "position", "stack", "layer", "matrix", "seed", "depth")
@@ -30,83 +35,107 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
                     f"Gradient norm of the FFN weights per layer of a {depth}-{depth} encoder-decoder at init on one "
                     "real batch; paper (Fig 3(a,b)): grows with the layer index for Post-LN, roughly flat for Pre-LN. "
                     "RMSNorm and ScaleNorm coincide at init (both are sqrt(d) x / ||x|| with unit gains)."))
-        allm = g[(g["norm"] == "layernorm")].groupby(["position", "stack", "layer", "matrix"], as_index=False)["value"].mean()
-        if len(allm):
-            # one colour scale for both panels: the figure compares Post-LN with Pre-LN
-            logs = np.log10(allm["value"].where(allm["value"] > 0))
-            vmin, vmax = float(np.nanmin(logs)), float(np.nanmax(logs))
-            fig, axes = plt.subplots(1, 3, figsize=(11, 4.0), gridspec_kw={"width_ratios": [1, 1, 0.05]})
-            for ax, pos in zip(axes[:2], ("post", "pre")):
-                sub = allm[allm["position"] == pos].copy()
-                sub["row"] = sub["stack"] + " " + sub["layer"].astype(str)
-                table = sub.pivot_table(index="matrix", columns="row", values="value")
-                cols = sorted(table.columns, key=lambda c: (c.split()[0] != "encoder", int(c.split()[1])))
-                sns.heatmap(np.log10(table[cols]), ax=ax, cmap="viridis", vmin=vmin, vmax=vmax, cbar=pos == "pre",
-                            cbar_ax=axes[2] if pos == "pre" else None,
-                            cbar_kws={"label": "log10 ||grad||_F (shared scale)"},
-                            yticklabels=pos == "post")
-                ax.set_title(f"LayerNorm, {pos.capitalize()}-LN: every weight matrix")
-                ax.set_xlabel("")
-                ax.set_ylabel("matrix" if pos == "post" else "")
-            _save(fig, out_dir, "all_matrices_heatmap.png")
-            out.append(("all_matrices_heatmap.png", "log10 gradient norm of every weight matrix per layer at init (seed "
-                        f"mean), Post-LN beside Pre-LN on one colour scale ({vmin:.1f} to {vmax:.1f})."))
+        out += _heatmap(g, out_dir)
+    return out
+
+
+def _heatmap(g: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
+    """log10 gradient norm of every weight matrix per layer (LayerNorm, seed mean), Post-LN beside Pre-LN."""
+    allm = g[(g["norm"] == "layernorm")].groupby(["position", "stack", "layer", "matrix"], as_index=False)["value"].mean()
+    if not len(allm):
+        return []
+    # one colour scale for both panels: the figure compares Post-LN with Pre-LN
+    logs = np.log10(allm["value"].where(allm["value"] > 0))
+    vmin, vmax = float(np.nanmin(logs)), float(np.nanmax(logs))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 4.0), gridspec_kw={"width_ratios": [1, 1, 0.05]})
+    for ax, pos in zip(axes[:2], ("post", "pre")):
+        sub = allm[allm["position"] == pos].copy()
+        sub["row"] = sub["stack"] + " " + sub["layer"].astype(str)
+        table = sub.pivot_table(index="matrix", columns="row", values="value")
+        cols = sorted(table.columns, key=lambda c: (c.split()[0] != "encoder", int(c.split()[1])))
+        sns.heatmap(np.log10(table[cols]), ax=ax, cmap="viridis", vmin=vmin, vmax=vmax, cbar=pos == "pre",
+                    cbar_ax=axes[2] if pos == "pre" else None,
+                    cbar_kws={"label": "log10 ||grad||_F (shared scale)"},
+                    yticklabels=pos == "post")
+        ax.set_title(f"LayerNorm, {pos.capitalize()}-LN: every weight matrix")
+        ax.set_xlabel("")
+        ax.set_ylabel("matrix" if pos == "post" else "")
+    _save(fig, out_dir, "all_matrices_heatmap.png")
+    return [("all_matrices_heatmap.png", "log10 gradient norm of every weight matrix per layer at init (seed "
+             f"mean), Post-LN beside Pre-LN on one colour scale ({vmin:.1f} to {vmax:.1f}).")]
+
+
+def _final_w2_vs_depth(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
+    """Fig 3(c,d): the final decoder FFN's W2 gradient norm against depth."""
     d = _sweep(metrics[metrics["metric"] == "final_w2_grad_norm"], "norm", "position", "depth")
-    if len(d):
-        fig, ax = plt.subplots(figsize=(5.2, 3.6))
-        sns.lineplot(data=d, x="depth", y="value", hue="norm", style="position", marker="o", errorbar="sd", ax=ax)
-        w2 = published("prepost_gradients", "fig3_postln_final_w2_grad_norm")
-        published_line(ax, w2, f"Post-LN ~{w2:g} (IWSLT14)")
-        ax.set_xlabel("L (L-L model)")
-        ax.set_ylabel("||grad W2 final FFN||_F")
-        legend_outside(ax)
-        _save(fig, out_dir, "final_w2_vs_depth.png")
-        out.append(("final_w2_vs_depth.png", "Fig 3(c,d) analogue: gradient norm of W2 in the final decoder FFN at "
-                    "init vs depth (mean +- sd over seeds). Paper: Post-LN flat around "
-                    f"{published('prepost_gradients', 'fig3_postln_final_w2_grad_norm'):g}, Pre-LN decreasing."))
+    if not len(d):
+        return []
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    sns.lineplot(data=d, x="depth", y="value", hue="norm", style="position", marker="o", errorbar="sd", ax=ax)
+    w2 = published("prepost_gradients", "fig3_postln_final_w2_grad_norm")
+    published_line(ax, w2, f"Post-LN ~{w2:g} (IWSLT14)")
+    ax.set_xlabel("L (L-L model)")
+    ax.set_ylabel("||grad W2 final FFN||_F")
+    legend_outside(ax)
+    _save(fig, out_dir, "final_w2_vs_depth.png")
+    return [("final_w2_vs_depth.png", "Fig 3(c,d) analogue: gradient norm of W2 in the final decoder FFN at "
+             "init vs depth (mean +- sd over seeds). Paper: Post-LN flat around "
+             f"{published('prepost_gradients', 'fig3_postln_final_w2_grad_norm'):g}, Pre-LN decreasing.")]
+
+
+def _pre_over_post(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
+    """The Pre/Post ratio of the final W2 gradient norm against depth (full model and Theorem 1's setting)."""
     frames = []
-    for name, label in (("final_w2_grad_norm", "full model (Fig 3 c,d)"), ("thm1_final_w2_grad_norm", "simplified setting (Thm 1)")):
+    for name, label in (("final_w2_grad_norm", "full model (Fig 3 c,d)"),
+                        ("thm1_final_w2_grad_norm", "simplified setting (Thm 1)")):
         t = _sweep(metrics[metrics["metric"] == name], "norm", "position", "depth", "seed")
         if len(t) and "layernorm" in set(t["norm"]):
-            t = t[t["norm"] == "layernorm"].pivot_table(index=["depth", "seed"], columns="position", values="value").reset_index()
+            t = t[t["norm"] == "layernorm"].pivot_table(index=["depth", "seed"], columns="position",
+                                                        values="value").reset_index()
             t["ratio"] = t["pre"] / t["post"]
             t["setting"] = label
             frames.append(t)
-    if frames:
-        t = pd.concat(frames)
-        fig, ax = plt.subplots(figsize=(5.2, 3.6))
-        sns.lineplot(data=t, x="depth", y="ratio", hue="setting", marker="o", errorbar="sd", ax=ax)
-        for setting, sub in t.groupby("setting"):
-            m = sub.groupby("depth")["ratio"].mean()
-            L = np.array(sorted(m.index), float)
-            ax.plot(L, m.loc[L[0]] * (L / L[0]) ** published("prepost_gradients",
-                                                                  "thm1_preln_over_postln_depth_exponent"),
-                    ls=":", color="gray")
-        exponent = published("prepost_gradients", "thm1_preln_over_postln_depth_exponent")
-        ax.plot([], [], ls=":", color="gray", label=f"paper: L^{exponent:g} (Theorem 1)")
-        ax.set(xscale="log", yscale="log", xlabel="L", ylabel="Pre-LN / Post-LN final W2 grad")
-        legend_outside(ax)
-        _save(fig, out_dir, "pre_over_post_ratio.png")
-        out.append(("pre_over_post_ratio.png", "Pre/Post ratio of the final-layer W2 gradient norm vs depth (log-log), "
-                    "with Theorem 1's 1/sqrt(L) slope anchored at the shallowest depth."))
-    lem = _sweep(metrics[metrics["metric"].isin(["lemma2_postln_sq_norm_over_d", "lemma2_preln_sq_norm_over_d"])], "layer")
-    if len(lem):
-        fig, ax = plt.subplots(figsize=(5.2, 3.6))
-        for name, label, color in (("lemma2_postln_sq_norm_over_d", "Post-LN x^{post,5}", "C0"),
-                                   ("lemma2_preln_sq_norm_over_d", "Pre-LN x_l", "C1")):
-            s = lem[lem["metric"] == name]
-            ax.errorbar(s["layer"], s["value"], yerr=3 * s["spread"].fillna(0), marker="o", color=color, label=label,
-                        capsize=2)
-        L = np.arange(0, int(lem["layer"].max()) + 1)
-        (a0, a1), (b0, b1) = (published("prepost_gradients", "lemma2_preln_sq_norm_lower"),
-                              published("prepost_gradients", "lemma2_preln_sq_norm_upper"))
-        ax.plot(L, a0 + a1 * L, "--", color="black", lw=1, label=f"paper: Pre-LN lower bound {a0:g} + {a1:g} l")
-        ax.plot(L, b0 + b1 * L, "-.", color="black", lw=1, label=f"paper: Pre-LN upper bound {b0:g} + {b1:g} l")
-        post = published("prepost_gradients", "lemma2_postln_sq_norm_over_d")
-        published_line(ax, post, f"Post-LN {post:g}", ls=":")
-        ax.set(xlabel="layer l", ylabel="E||x||^2 / d")
-        legend_outside(ax)
-        _save(fig, out_dir, "lemma2.png")
-        out.append(("lemma2.png", "Lemma 2 by Monte Carlo in the simplified setting (error bars: 3 standard errors) "
-                    f"against the published value {post:g} d and bounds ({a0:g} + {a1:g} l) d, ({b0:g} + {b1:g} l) d."))
-    return out
+    if not frames:
+        return []
+    t = pd.concat(frames)
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    sns.lineplot(data=t, x="depth", y="ratio", hue="setting", marker="o", errorbar="sd", ax=ax)
+    for setting, sub in t.groupby("setting"):
+        m = sub.groupby("depth")["ratio"].mean()
+        L = np.array(sorted(m.index), float)
+        ax.plot(L, m.loc[L[0]] * (L / L[0]) ** published("prepost_gradients",
+                                                          "thm1_preln_over_postln_depth_exponent"),
+                ls=":", color="gray")
+    exponent = published("prepost_gradients", "thm1_preln_over_postln_depth_exponent")
+    ax.plot([], [], ls=":", color="gray", label=f"paper: L^{exponent:g} (Theorem 1)")
+    ax.set(xscale="log", yscale="log", xlabel="L", ylabel="Pre-LN / Post-LN final W2 grad")
+    legend_outside(ax)
+    _save(fig, out_dir, "pre_over_post_ratio.png")
+    return [("pre_over_post_ratio.png", "Pre/Post ratio of the final-layer W2 gradient norm vs depth (log-log), "
+             "with Theorem 1's 1/sqrt(L) slope anchored at the shallowest depth.")]
+
+
+def _lemma2(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
+    """Lemma 2's hidden-state norms (Monte Carlo) against the published value and bounds."""
+    lem = _sweep(metrics[metrics["metric"].isin(["lemma2_postln_sq_norm_over_d", "lemma2_preln_sq_norm_over_d"])],
+                 "layer")
+    if not len(lem):
+        return []
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for name, label, color in (("lemma2_postln_sq_norm_over_d", "Post-LN x^{post,5}", "C0"),
+                               ("lemma2_preln_sq_norm_over_d", "Pre-LN x_l", "C1")):
+        s = lem[lem["metric"] == name]
+        ax.errorbar(s["layer"], s["value"], yerr=3 * s["spread"].fillna(0), marker="o", color=color, label=label,
+                    capsize=2)
+    L = np.arange(0, int(lem["layer"].max()) + 1)
+    (a0, a1), (b0, b1) = (published("prepost_gradients", "lemma2_preln_sq_norm_lower"),
+                          published("prepost_gradients", "lemma2_preln_sq_norm_upper"))
+    ax.plot(L, a0 + a1 * L, "--", color="black", lw=1, label=f"paper: Pre-LN lower bound {a0:g} + {a1:g} l")
+    ax.plot(L, b0 + b1 * L, "-.", color="black", lw=1, label=f"paper: Pre-LN upper bound {b0:g} + {b1:g} l")
+    post = published("prepost_gradients", "lemma2_postln_sq_norm_over_d")
+    published_line(ax, post, f"Post-LN {post:g}", ls=":")
+    ax.set(xlabel="layer l", ylabel="E||x||^2 / d")
+    legend_outside(ax)
+    _save(fig, out_dir, "lemma2.png")
+    return [("lemma2.png", "Lemma 2 by Monte Carlo in the simplified setting (error bars: 3 standard errors) "
+             f"against the published value {post:g} d and bounds ({a0:g} + {a1:g} l) d, ({b0:g} + {b1:g} l) d.")]

@@ -65,83 +65,98 @@ def _entropy_lines(g, metrics: pd.DataFrame, all_axes: bool = False) -> None:
 
 def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out_dir = Path(out_dir)
+    return [*_curve_plots(metrics, _curves(files), out_dir), *_bleu(metrics, out_dir), *_depth(metrics, out_dir)]
+
+
+def _curve_plots(metrics: pd.DataFrame, cur: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
+    """Loss curves of the main grid (Xiong Fig. 2 analogue) and validation NLL by depth, from the runs' curves."""
     out: list[tuple[str, str]] = []
-    cur = _curves(files)
-    if len(cur):
-        main = cur[cur["groups"].str.contains("xiong|nguyen")]
-        main = main[main["value"].map(lambda x: math.isfinite(x))]
-        if len(main):
-            g = sns.relplot(data=main, x="step", y="value", hue="config", col="lr", row="kind", kind="line",
-                            errorbar="sd", height=2.8, aspect=1.3, facet_kws={"sharey": False})
-            g.set_axis_labels("update", "nats/token")
-            _entropy_lines(g, metrics)
-            g.savefig(out_dir / "loss_curves.png", dpi=100)
-            plt.close(g.figure)
-            out.append(("loss_curves.png", "Training loss (label-smoothed, smoothed) and validation NLL per update, "
-                        "Post-LN vs Pre-LN with and without warm-up (and PreNorm ScaleNorm+FixNorm), per learning "
-                        "rate (Xiong et al. 2020 Fig. 2 analogue). A run that stops early diverged."))
-        dep = cur[cur["groups"].str.contains("depth") & (cur["kind"] == "valid NLL")]
-        if len(dep):
-            g = sns.relplot(data=dep, x="step", y="value", hue="position", col="layers", kind="line", height=2.6,
-                            aspect=1.1, errorbar="sd")
-            g.set_axis_labels("update", "valid NLL")
-            _entropy_lines(g, metrics, all_axes=True)
-            g.savefig(out_dir / "depth_curves.png", dpi=100)
-            plt.close(g.figure)
-            out.append(("depth_curves.png", "Validation NLL without warm-up by depth (layers each of encoder and "
-                        "decoder), Post-LN vs Pre-LN."))
+    if not len(cur):
+        return out
+    main = cur[cur["groups"].str.contains("xiong|nguyen")]
+    main = main[main["value"].map(lambda x: math.isfinite(x))]
+    if len(main):
+        g = sns.relplot(data=main, x="step", y="value", hue="config", col="lr", row="kind", kind="line",
+                        errorbar="sd", height=2.8, aspect=1.3, facet_kws={"sharey": False})
+        g.set_axis_labels("update", "nats/token")
+        _entropy_lines(g, metrics)
+        g.savefig(out_dir / "loss_curves.png", dpi=100)
+        plt.close(g.figure)
+        out.append(("loss_curves.png", "Training loss (label-smoothed, smoothed) and validation NLL per update, "
+                    "Post-LN vs Pre-LN with and without warm-up (and PreNorm ScaleNorm+FixNorm), per learning "
+                    "rate (Xiong et al. 2020 Fig. 2 analogue). A run that stops early diverged."))
+    dep = cur[cur["groups"].str.contains("depth") & (cur["kind"] == "valid NLL")]
+    if len(dep):
+        g = sns.relplot(data=dep, x="step", y="value", hue="position", col="layers", kind="line", height=2.6,
+                        aspect=1.1, errorbar="sd")
+        g.set_axis_labels("update", "valid NLL")
+        _entropy_lines(g, metrics, all_axes=True)
+        g.savefig(out_dir / "depth_curves.png", dpi=100)
+        plt.close(g.figure)
+        out.append(("depth_curves.png", "Validation NLL without warm-up by depth (layers each of encoder and "
+                    "decoder), Post-LN vs Pre-LN."))
+    return out
+
+
+def _bleu(metrics: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
+    """Final BLEU per configuration beside the papers' BLEU and the copy-the-source baseline."""
     b = metrics[metrics["metric"] == "bleu"].copy()
-    if len(b):
-        b["config"] = b["sweep"].map(lambda s: f"L{s['layers']} lr {s['lr']:g} {_label(s)}")
-        b = b.sort_values("config")
-        n_cfg = b["config"].nunique()
-        fig, ax = plt.subplots(figsize=(7, 0.35 * n_cfg + 1.2))
-        sns.barplot(data=b, y="config", x="value", errorbar="sd", color=sns.color_palette()[0], ax=ax,
-                    label="measured (greedy, test subset; mean +- sd over seeds)")
-        sns.stripplot(data=b, y="config", x="value", color="black", size=3, ax=ax)
-        pub = b.assign(p=pd.to_numeric(b["published_value"], errors="coerce")).dropna(subset=["p"])
-        if len(pub):
-            pub = pub.drop_duplicates("config")
-            published_points(ax, pub["p"], pub["config"], "IWSLT14 / en-vi")
-        copy = metrics[metrics["metric"] == "bleu_copy_baseline"]["value"]
-        if len(copy):
-            ax.axvline(float(copy.iloc[0]), color="gray", ls="--", lw=1, label="copy-the-source baseline")
-        ax.set_xlabel("BLEU")
-        ax.set_ylabel("")
-        ax.tick_params(axis="y", labelsize=9)
-        legend_outside(ax)
-        fig.tight_layout()
-        fig.savefig(out_dir / "bleu.png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        out.append(("bleu.png", "Final BLEU per configuration (bars: mean over seeds, whiskers one standard "
-                    "deviation, dots the seeds) and the papers' BLEU for the same configuration (black X; Xiong: "
-                    f"Post-LN {published(CLAIM, 'xiong_postln_no_warmup_bleu'):g} without warm-up, "
-                    f"{published(CLAIM, 'xiong_postln_warmup500_lr5e4_bleu'):g} / "
-                    f"{published(CLAIM, 'xiong_postln_warmup500_lr1e3_bleu'):g} with warm-up 500 at lr 5e-4 / 1e-3; "
-                    "Nguyen & Salazar Table 5 at 4-6 layers). A diverged run scores 0; the dashed line is copying the "
-                    "source."))
+    if not len(b):
+        return []
+    b["config"] = b["sweep"].map(lambda s: f"L{s['layers']} lr {s['lr']:g} {_label(s)}")
+    b = b.sort_values("config")
+    n_cfg = b["config"].nunique()
+    fig, ax = plt.subplots(figsize=(7, 0.35 * n_cfg + 1.2))
+    sns.barplot(data=b, y="config", x="value", errorbar="sd", color=sns.color_palette()[0], ax=ax,
+                label="measured (greedy, test subset; mean +- sd over seeds)")
+    sns.stripplot(data=b, y="config", x="value", color="black", size=3, ax=ax)
+    pub = b.assign(p=pd.to_numeric(b["published_value"], errors="coerce")).dropna(subset=["p"])
+    if len(pub):
+        pub = pub.drop_duplicates("config")
+        published_points(ax, pub["p"], pub["config"], "IWSLT14 / en-vi")
+    copy = metrics[metrics["metric"] == "bleu_copy_baseline"]["value"]
+    if len(copy):
+        ax.axvline(float(copy.iloc[0]), color="gray", ls="--", lw=1, label="copy-the-source baseline")
+    ax.set_xlabel("BLEU")
+    ax.set_ylabel("")
+    ax.tick_params(axis="y", labelsize=9)
+    legend_outside(ax)
+    fig.tight_layout()
+    fig.savefig(out_dir / "bleu.png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return [("bleu.png", "Final BLEU per configuration (bars: mean over seeds, whiskers one standard "
+             "deviation, dots the seeds) and the papers' BLEU for the same configuration (black X; Xiong: "
+             f"Post-LN {published(CLAIM, 'xiong_postln_no_warmup_bleu'):g} without warm-up, "
+             f"{published(CLAIM, 'xiong_postln_warmup500_lr5e4_bleu'):g} / "
+             f"{published(CLAIM, 'xiong_postln_warmup500_lr1e3_bleu'):g} with warm-up 500 at lr 5e-4 / 1e-3; "
+             "Nguyen & Salazar Table 5 at 4-6 layers). A diverged run scores 0; the dashed line is copying the "
+             "source.")]
+
+
+def _depth(metrics: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
+    """No warm-up: final validation NLL against depth, Post-LN vs Pre-LN (Nguyen & Salazar Table 5 analogue)."""
     nll = metrics[metrics["metric"] == "final_valid_nll"].copy()
     div = metrics[metrics["metric"] == "diverged"].copy()
     if len(nll):
         nll["group"] = nll["sweep"].map(lambda s: s["group"])
         nll = nll[nll["group"].str.contains("depth")]
-    if len(nll):
-        nll["layers"] = nll["sweep"].map(lambda s: s["layers"])
-        nll["position"] = nll["sweep"].map(lambda s: s["position"])
-        dv = {r["sweep"]["run"]: r["value"] for _, r in div.iterrows()}
-        nll["diverged"] = nll["sweep"].map(lambda s: bool(dv.get(s["run"])))
-        fig, ax = plt.subplots(figsize=(4.5, 3.2))
-        sns.lineplot(data=nll, x="layers", y="value", hue="position", marker="o", errorbar="sd", ax=ax)
-        bad = nll[nll["diverged"]]
-        if len(bad):
-            ax.scatter(bad["layers"], [ax.get_ylim()[1]] * len(bad), marker="v", color="red", label="diverged")
-        ax.set_xlabel("layers (encoder = decoder)")
-        ax.set_ylabel("final valid NLL (no warm-up)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out_dir / "depth.png", dpi=100)
-        plt.close(fig)
-        out.append(("depth.png", "No warm-up: final validation NLL vs depth, Post-LN vs Pre-LN, mean and one standard "
-                    "deviation over seeds (Nguyen & Salazar Table 5 analogue: PostNorm fails at 5-6 layers, PreNorm "
-                    "trains)."))
-    return out
+    if not len(nll):
+        return []
+    nll["layers"] = nll["sweep"].map(lambda s: s["layers"])
+    nll["position"] = nll["sweep"].map(lambda s: s["position"])
+    dv = {r["sweep"]["run"]: r["value"] for _, r in div.iterrows()}
+    nll["diverged"] = nll["sweep"].map(lambda s: bool(dv.get(s["run"])))
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    sns.lineplot(data=nll, x="layers", y="value", hue="position", marker="o", errorbar="sd", ax=ax)
+    bad = nll[nll["diverged"]]
+    if len(bad):
+        ax.scatter(bad["layers"], [ax.get_ylim()[1]] * len(bad), marker="v", color="red", label="diverged")
+    ax.set_xlabel("layers (encoder = decoder)")
+    ax.set_ylabel("final valid NLL (no warm-up)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / "depth.png", dpi=100)
+    plt.close(fig)
+    return [("depth.png", "No warm-up: final validation NLL vs depth, Post-LN vs Pre-LN, mean and one standard "
+             "deviation over seeds (Nguyen & Salazar Table 5 analogue: PostNorm fails at 5-6 layers, PreNorm "
+             "trains).")]
