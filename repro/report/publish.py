@@ -149,13 +149,13 @@ def rejudge_reference(hardware: str, scale: str, references_root: str | Path = "
     step after a judge change, for a reference that cannot be measured again here: another machine's, or one whose
     measurement code has changed since). Only verdict.json changes: it records the measurement's commit and HEAD
     as the judging commit, and ``rejudged`` with the previous verdict; its pages, the references' matrix and
-    comparison are re-rendered. Returns the re-judged claims. Refuses a dirty tree (a reference's judgement names
-    a commit)."""
+    comparison are re-rendered. Returns the re-judged claims. Refuses a dirty tree outside the references (a
+    reference's judgement names the commit that judged it)."""
     dst = Path(references_root) / "results" / hardware / scale
     if not dst.is_dir():
         raise PublishError(f"{dst}: no such reference")
-    if check_tree:
-        dirty = _git("status", "--porcelain").strip()
+    if check_tree:  # the judging code is HEAD's: changes under the references (other re-judged runs) aside
+        dirty = _git("status", "--porcelain", "--", ".", f":(exclude){Path(references_root).as_posix()}").strip()
         if dirty:
             raise PublishError(f"the work tree is not clean ({len(dirty.splitlines())} changed or untracked "
                                f"paths, e.g. {dirty.splitlines()[0].strip()}); commit first")
