@@ -211,7 +211,7 @@ def input_hashes(inputs: Mapping) -> dict:
         target = p / "checkpoint_last.pt" if p.is_dir() and (p / "checkpoint_last.pt").is_file() else p
         if target.is_file():
             size = target.stat().st_size
-            digest = _file_sha(target) if size <= 4 * 2**30 else None
+            digest = file_sha256(target) if size <= 4 * 2**30 else None
             out[param] = {"path": str(p), "file": target.name, "bytes": size, "sha256": digest}
         elif target.is_dir():
             listing = sorted((f.relative_to(target).as_posix(), f.stat().st_size) for f in target.rglob("*")
@@ -222,7 +222,8 @@ def input_hashes(inputs: Mapping) -> dict:
     return out
 
 
-def _file_sha(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -3,7 +3,7 @@ them into a verdict. Judge-side code: the workflow re-judges stored measurements
 measures nothing again (repro.provenance.JUDGE_SIDE)."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from repro import registry
 
@@ -224,7 +224,3 @@ class Rows(list):
             if key in r["sweep"]:
                 out.setdefault(r["sweep"][key], Rows()).append(r)
         return out
-
-
-def rows(items: Iterable[Mapping]) -> Rows:
-    return items if isinstance(items, Rows) else Rows(items)

@@ -9,13 +9,13 @@ reported on the subset where copying the source does not pay.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.errors import CorpusError
+from repro.io import file_sha256
 
 SPLITS = ("train", "valid", "test")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,14 +102,6 @@ def resolve_corpus_dir(path_or_name: str | Path, data_root: str | Path | None = 
     raise CorpusError(f"corpus {str(path_or_name)!r} not found (neither a directory nor {cand})")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _open_text(path: Path):
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
@@ -177,7 +169,7 @@ def load_corpus(
                 want = manifest["splits"][s]
                 if want["pairs"] != len(rows):
                     raise CorpusError(f"{tsvs[s]}: {len(rows)} pairs, manifest.json says {want['pairs']}")
-                got = _sha256(tsvs[s])
+                got = file_sha256(tsvs[s])
                 if want.get("file") == tsvs[s].name and want["sha256"] != got:
                     raise CorpusError(f"{tsvs[s]}: sha256 {got} does not match manifest.json {want['sha256']}")
         return corpus
