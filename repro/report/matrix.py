@@ -440,7 +440,21 @@ def _claim_lines(claim: str, scols: list, index: dict, letters: dict, info: dict
     if not row_cells:  # registered, no results in any column at this scale
         return [f"| {code}{claim} | - | - | - | - | | not run |"]
     h = _headline_of_row(row_cells)
-    first = [f"{code}{claim}", md_cell(h["name"] + (f" ({h['unit']})" if h["unit"] else "")),
+    unit = f" ({headline.clip(h['unit'], 24)})" if h["unit"] else ""
+    trial = list(links)  # the page links are numbered once, by the rows kept
+    lines = _column_rows(claim, code, h, unit, 68, scols, index, letters, info, fnum, trial, base)
+    overflow = len(lines[0]) - WIDTH if lines else 0
+    if overflow > 0:  # a long verdict cell (flags, @commit): the headline's name gives way
+        trial = list(links)
+        lines = _column_rows(claim, code, h, unit, 68 - overflow, scols, index, letters, info, fnum, trial, base)
+    links[:] = trial
+    return lines
+
+
+def _column_rows(claim: str, code: str, h: dict, unit: str, budget: int, scols: list, index: dict, letters: dict,
+                 info: dict, fnum: dict, links: list[str], base: Path) -> list[str]:
+    """A claim's table rows, its headline's name and unit clipped to ``budget`` characters."""
+    first = [f"{code}{claim}", md_cell(headline.clip(h["name"], max(budget - len(unit), 12)) + unit),
              md_cell(headline.clip(h["paper"], 36))]
     lines = []
     for col in scols:
