@@ -8,7 +8,8 @@
   layer (Sec. 4.1, eq. 2).
 - :class:`HardConcreteGates`: Voita et al. (2019, Sec. 6.1) stochastic gates (Louizos et al. 2018) with the L0
   penalty sum_h P(g_h != 0).
-- :func:`pruned_copy`: a copy of the model with heads physically removed (``prune_heads``), for Table 4 timing.
+- :func:`pruned_copy`: a copy of the model with heads physically removed (``prune_heads``), for Table 4 timing, and
+  :func:`speed_rows`, Table 4's rows from interleaved timings.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from repro.bench.timing import paired_ratios, summarize
+from repro.io import metric
 from repro.train.bleu import bleu_from_stats, sentence_stats
 from repro.train.decode import decode_ids
 from repro.train.loop import model_loss
@@ -219,3 +222,22 @@ def pruning_levels(total: int, step_fraction: float, max_fraction: float) -> lis
             levels.append(n)
         k += 1
     return levels
+
+
+def speed_rows(batch: int, samples: dict, prune_fraction: float, n_prune: int) -> list[dict]:
+    """Michel Table 4's rows for one batch size from interleaved timings ``samples`` ("unpruned", "pruned"):
+    examples/s of both (medians) and the paired speed-up in percent, beside the paper's where it has the batch."""
+    su, sp = summarize(samples["unpruned"]), summarize(samples["pruned"])
+    ratio = paired_ratios(samples, "unpruned", "pruned")
+    k = f"bs{batch}" if batch in (1, 4, 16, 64) else None
+    rows = [metric("head_pruning", "examples_per_s", batch / su["median"], "examples/s", n=su["n"], batch=batch,
+                   model="unpruned", published_key=k and f"michel_speed_{k}", published_index=0 if k else None),
+            metric("head_pruning", "examples_per_s", batch / sp["median"], "examples/s", n=sp["n"], batch=batch,
+                   model=f"pruned_{int(round(100 * prune_fraction))}pct", published_key=k and f"michel_speed_{k}",
+                   published_index=1 if k else None),
+            metric("head_pruning", "speedup", 100 * (ratio["median"] - 1), "percent", spread=100 * ratio["iqr"],
+                   n=ratio["n"], kind="ratio_time", batch=batch, heads_pruned=n_prune,
+                   published_key=k and f"michel_speedup_{k}")]
+    log.info("throughput bs %d: unpruned %.1f ex/s, %d heads removed %.1f ex/s: %+.1f%%", batch,
+             batch / su["median"], n_prune, batch / sp["median"], 100 * (ratio["median"] - 1))
+    return rows

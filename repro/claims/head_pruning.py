@@ -14,6 +14,10 @@ Reproduces, on the suite's trained translation model (or an imported fairseq che
 
 Every BLEU here is sacrebleu corpus BLEU on a fixed, seeded subset of the test set (``eval_sentences``); the full
 test BLEU, the placeholder-free subset and the copy baseline of the unpruned model are reported beside it.
+
+With ``hf_model`` (a Hugging Face BERT classifier fine-tuned on MNLI) and ``mnli_path`` the claim runs Michel et
+al.'s BERT experiment instead (repro.claims._heads_mnli: Fig. 3's BERT curve, 40% prunable; Tables 2-3's BERT
+column; Table 4's speed), judged by :func:`_judge_mnli` on MNLI accuracy.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import numpy as np
 import torch
 
 from repro import artefacts, registry
-from repro.bench.timing import paired_ratios, summarize, time_interleaved
+from repro.bench.timing import time_interleaved
 from repro.data.batching import EncodedCorpus, collate, encode_corpus, token_batches
 from repro.errors import ConfigError
 from repro.io import metric
@@ -43,7 +47,8 @@ from repro.train.pipeline import load_data
 from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, setup_table,
                             verdict_from_checks)
 from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
-                                 head_importance, pruned_copy, pruning_levels, set_pruned)
+                                 head_importance, pruned_copy, pruning_levels, set_pruned, speed_rows)
+from repro.claims._heads_mnli import run_mnli
 
 CLAIM = "head_pruning"
 log = logging.getLogger("repro.head_pruning")
@@ -446,7 +451,6 @@ def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
     # fixed pool: the subset's sentences in a seeded order, cycled when a batch is larger than the subset
     pool = list(range(len(enc)))
     random.Random(p["seed"]).shuffle(pool)
-    key = {1: "bs1", 4: "bs4", 16: "bs16", 64: "bs64"}
     for bs in p["batch_sizes"]:
         pos = [pool[i % len(pool)] for i in range(bs)]
         b = collate(enc, pos).to(S.device)
@@ -457,20 +461,7 @@ def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
 
         samples = time_interleaved({"unpruned": lambda: fwd(full), "pruned": lambda: fwd(small)}, reps=p["reps"],
                                    warmup=p["warmup"], device=S.device, min_time=p["min_seconds"])
-        su, sp = summarize(samples["unpruned"]), summarize(samples["pruned"])
-        ratio = paired_ratios(samples, "unpruned", "pruned")
-        k = key.get(bs)
-        rows += [metric(CLAIM, "examples_per_s", bs / su["median"], "examples/s", n=su["n"], batch=bs,
-                        model="unpruned", published_key=f"michel_speed_{k}" if k else None,
-                        published_index=0 if k else None),
-                 metric(CLAIM, "examples_per_s", bs / sp["median"], "examples/s", n=sp["n"], batch=bs,
-                        model=f"pruned_{int(round(100 * p['prune_fraction']))}pct",
-                        published_key=f"michel_speed_{k}" if k else None, published_index=1 if k else None),
-                 metric(CLAIM, "speedup", 100 * (ratio["median"] - 1), "percent", spread=100 * ratio["iqr"],
-                        n=ratio["n"], kind="ratio_time", batch=bs, heads_pruned=n_prune,
-                        published_key=f"michel_speedup_{k}" if k else None)]
-        log.info("throughput bs %d: unpruned %.1f ex/s, %d heads removed %.1f ex/s: %+.1f%%", bs,
-                 bs / su["median"], n_prune, bs / sp["median"], 100 * (ratio["median"] - 1))
+        rows += speed_rows(bs, samples, p["prune_fraction"], n_prune)
 
 
 # ------------------------------------------------------------------------------------------------ verdict
@@ -522,8 +513,12 @@ def judge(rows: list[dict], params: dict, scale: str) -> dict:
 
     HEADLINE: 3 for the order the scale supports (Michel Fig. 3) and 4 (Voita): "most heads can be removed".
     Gate: checks 1-4 rest on BLEU and are undecided unless the unpruned model beats the copy baseline on the
-    evaluation subset by more than ``min_bleu_over_copy``. Every comparison is strict; NaN decides nothing."""
+    evaluation subset by more than ``min_bleu_over_copy``. Every comparison is strict; NaN decides nothing.
+
+    Rows of Michel's BERT experiment (``hf_model``) are judged by :func:`_judge_mnli`."""
     R, eq = Rows(rows), _Equivalence.from_params(params)
+    if R.metric("mnli_accuracy"):
+        return _judge_mnli(R, params, scale)
     order = _ScaleOrder.from_rows(R)
     checks = [*_minority_checks(R, params), *_sensitivity_checks(R), *_random_order_checks(R, order),
               *_prunable_checks(R, order, eq), *_l0_checks(R, eq)]
@@ -567,6 +562,7 @@ class _ScaleOrder:
     per layer (heads per layer read from the ablation rows); with fewer the unnormalised order is judged."""
     heads_per_layer: int | None
     paper_per_layer: int
+    encoder_only: bool = False  # an imported BERT: no cross-attention to name
 
     @classmethod
     def from_rows(cls, R: Rows) -> "_ScaleOrder":
@@ -593,7 +589,8 @@ class _ScaleOrder:
         return {
             "importance": (f"scale artefact: {hpl} heads per layer (Michel: {self.paper_per_layer}); the per-layer "
                            "l2 normalisation gives each layer's least important head a comparable score, so this "
-                           "order prunes every layer alike (cross-attention included) and says nothing about the "
+                           "order prunes every layer alike" + ("" if self.encoder_only else " (cross-attention "
+                                                                "included)") + " and says nothing about the "
                            "paper; the unnormalised order is judged instead"),
             "importance_raw": (f"diagnostic only: with {hpl} heads per layer the scale supports Michel's normalised "
                                "order, which is judged instead")}[name]
@@ -650,18 +647,18 @@ def _random_order_checks(R: Rows, order: _ScaleOrder) -> list[dict]:
     return out
 
 
-def _beats_random_check(name: str, x: float, rnd: list, order: _ScaleOrder) -> dict:
+def _beats_random_check(name: str, x: float, rnd: list, order: _ScaleOrder, quantity: str = "BLEU") -> dict:
     if len(rnd) < 2 or not all(_finite(y) for y in rnd + [x]):
         passed, why, iv = None, f"{len(rnd)} random order(s) (needs >= 2 for an interval)", None
     else:
         _, lo, hi, _ = sample_interval(rnd)
         passed = True if x > hi else False if x < lo else None
         why, iv = f"{x:.2f} lies inside the random orders' interval [{lo:.2f}, {hi:.2f}]", \
-            f"random orders' mean BLEU, 95% t-interval [{lo:.2f}, {hi:.2f}] over {len(rnd)} seeds"
+            f"random orders' mean {quantity}, 95% t-interval [{lo:.2f}, {hi:.2f}] over {len(rnd)} seeds"
     if name != order.supported:
         passed, why = None, order.why_unsupported(name)
     return check(f"pruning by {ORDER_NAMES[name]} beats random order", passed,
-                 f"mean BLEU over the pruning levels {x:.2f} vs random " + ", ".join(f"{y:.2f}" for y in rnd)
+                 f"mean {quantity} over the pruning levels {x:.2f} vs random " + ", ".join(f"{y:.2f}" for y in rnd)
                  + f" ({order.note})",
                  "importance order above random (Michel Fig. 3); above the random orders' 95% interval",
                  interval=iv, undecided_because=why)
@@ -816,6 +813,127 @@ def _speedup_checks(R: Rows, params: dict) -> list[dict]:
                                      "1; a CPU speed-up follows the FLOPs at every batch size"))]
 
 
+# ------------------------------------------------------------------------------------------------ verdict (BERT, MNLI)
+def _judge_mnli(R: Rows, params: dict, scale: str) -> dict:
+    """Verdict rules of Michel et al.'s BERT experiment (``hf_model``; repro.claims._heads_mnli).
+
+    "No loss" is an equivalence test on each pruned model's (1 - ``significance``) interval of the accuracy drop
+    (matched pairs, in points) against tol = |Michel's largest one-head-per-layer change on MNLI| (Tables 2-3: 0.96
+    points, none significant: the paper's own measure of a change that is not noticeable): lossless when the drop's
+    upper end lies below tol, lossy when its lower end lies above it, undecided otherwise.
+
+    1. HEADLINE (Fig. 3, BERT): pruning in the order the scale supports (as :class:`_ScaleOrder`) is lossless at
+       every level up to the one at Michel's 40% (the first grid level whose rounded percentage reaches it): holds
+       then; fails when a level up to it is lossy; undecided otherwise, or when the curve stops short of it. The
+       level is a point of the experiment's grid (10% of the heads per step), not a measured quantity, so reaching
+       it is no tie; each level's own test is strict;
+    2. the mean accuracy over the pruning levels lies above the random orders' 95% t-interval (fails below it);
+    3. keeping one head in any one layer is lossless in every layer (Tables 2-3): fails when some layer is lossy;
+    4. the pruned model's speed-up grows with batch size (Table 4), decided on a GPU only (:func:`_speedup_checks`).
+    Gate of 1-3: the lower end of the unpruned accuracy's interval lies more than ``min_accuracy_over_majority``
+    points above the majority class's share (the classifier learned the task)."""
+    tol = abs(float(_pub("michel_one_head_bert_max_delta")))
+    shape = R.metric("mnli_heads").first()
+    order = _ScaleOrder(int(shape["sweep"]["heads_per_layer"]) if shape else None, _pub("michel_heads_per_layer"),
+                        encoder_only=True)
+    checks = [*_mnli_prunable_checks(R, order, tol), *_mnli_random_checks(R, order), *_mnli_one_head_checks(R, tol)]
+    gates = _mnli_gates(R, params)
+    checks = [gated(c, gates) for c in checks] + _speedup_checks(R, params)
+    return verdict_from_checks(CLAIM, checks, scale, gates=gates, setup=_setup_rows(params, order))
+
+
+def _drop_state(r: dict, tol: float) -> tuple[bool | None, tuple[float, float] | None]:
+    """(lossless / lossy / undecided, the drop's interval) of one compared row (``lo``, ``hi``: the change's)."""
+    lo, hi = r["sweep"].get("lo"), r["sweep"].get("hi")
+    if not _finite(lo, hi):
+        return None, None
+    return decide_interval(-float(hi), -float(lo), below=tol), (-float(hi), -float(lo))
+
+
+def _mnli_prunable_checks(R: Rows, order: _ScaleOrder, tol: float) -> list[dict]:
+    """Rule 1, for each importance order measured (the unsupported one undecided, as in the WMT rules)."""
+    paper = float(_pub("michel_prunable_bert"))
+    out = []
+    for name in ORDERS:
+        curve = sorted(R.metric("mnli_pruning_accuracy").where(order=name), key=lambda r: r["sweep"]["pruned"])
+        if not curve:
+            continue
+        passed, why, shown, ok = _mnli_prunable_decision(curve, tol, paper)
+        if name != order.supported:
+            passed, why = None, order.why_unsupported(name)
+        out.append(check(f"{paper:.0f}% of BERT's heads prune ({ORDER_NAMES[name]}) without loss on MNLI", passed,
+                         f"lossless up to {ok:.0f}% of the heads within {tol} accuracy points (equivalence); "
+                         + "; ".join(shown[:7]) + f" ({order.note})",
+                         f"{paper:.0f}% of the heads without noticeable loss (Michel Fig. 3, BERT on MNLI); need "
+                         f"every level up to {paper:.0f}% with the drop's upper end < {tol} points",
+                         headline=name == order.supported, undecided_because=why,
+                         interval="(1 - alpha) interval of each level's accuracy drop (matched pairs, Agresti-Min)",
+                         numbers=numbers(ok, "% of heads prunable", paper=paper, compare="difference")))
+    return out
+
+
+def _mnli_prunable_decision(curve: list[dict], tol: float, paper: float) -> tuple[bool | None, str | None, list, float]:
+    """Walk the levels up to the paper's fraction: (decision, why undecided, each level's text, last lossless %)."""
+    shown, ok, states = [], 0.0, []
+    for r in curve:
+        if r["sweep"]["pruned"] == 0:
+            continue
+        state, iv = _drop_state(r, tol)
+        frac = 100 * float(r["sweep"]["fraction"])
+        shown.append(f"{frac:.0f}%: {r['sweep'].get('delta', math.nan):+.2f}"
+                     + (f" [drop {iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else " [no interval]"))
+        if state is True and all(s is True for s in states):
+            ok = frac
+        states.append(state)
+        if round(frac) >= paper:
+            break
+    else:
+        return None, f"the curve ends at {ok:.0f}%, short of {paper:.0f}%", shown, ok
+    if all(s is True for s in states):
+        return True, None, shown, ok
+    if any(s is False for s in states):
+        return False, None, shown, ok
+    return None, (f"a level's drop interval straddles the tolerance {tol} points (or gives none): these "
+                  "evaluation pairs cannot tell 'no loss' from a small loss"), shown, ok
+
+
+def _mnli_random_checks(R: Rows, order: _ScaleOrder) -> list[dict]:
+    """Rule 2, for each importance order measured."""
+    rnd = R.metric("mnli_pruning_mean_accuracy").where(order="random").values()
+    return [_beats_random_check(name, x, rnd, order, quantity="MNLI accuracy (%)") for name in ORDERS
+            if rnd and (x := R.metric("mnli_pruning_mean_accuracy").where(order=name).value()) is not None]
+
+
+def _mnli_one_head_checks(R: Rows, tol: float) -> list[dict]:
+    """Rule 3: one head kept in one layer (every layer in turn) loses nothing noticeable."""
+    rows = sorted(R.metric("mnli_one_head_delta"), key=lambda r: r["sweep"]["layer"])
+    if not rows:
+        return []
+    states = [_drop_state(r, tol) for r in rows]
+    passed = both(*(s for s, _ in states))
+    worst = max(rows, key=lambda r: -r["value"] if _finite(r["value"]) else math.inf)
+    return [check("keeping one head in any one BERT layer loses nothing noticeable", passed,
+                  f"worst layer {worst['sweep']['layer']}: {worst['value']:+.2f} points; "
+                  + "; ".join(f"L{r['sweep']['layer']}: {r['value']:+.2f}" + (f" [drop {iv[0]:+.2f}, {iv[1]:+.2f}]"
+                                                                             if iv else "")
+                              for r, (_, iv) in zip(rows, states)),
+                  f"every layer within {_pub('michel_one_head_bert_max_delta')} points, none significant (Michel "
+                  f"Tables 2-3, BERT); need each layer's drop upper end < {tol} points",
+                  undecided_because=f"a layer's drop interval straddles {tol} points (or gives none)")]
+
+
+def _mnli_gates(R: Rows, params: dict) -> list[dict]:
+    """Gate of rules 1-3: the classifier learned MNLI (well above always answering the majority class)."""
+    acc, maj = R.metric("mnli_accuracy").first(), R.metric("mnli_majority_baseline").value()
+    margin = params["verdict"]["min_accuracy_over_majority"]
+    lo = acc["sweep"].get("lo") if acc else None
+    return [gate("the unpruned classifier learned MNLI", _finite(lo, maj) and float(lo) > maj + margin,
+                 f"accuracy {acc['value']:.2f}% [{float(lo):.2f}, {float(acc['sweep'].get('hi')):.2f}] on "
+                 f"{acc['n']} pairs vs the majority class's {maj:.2f}%" if _finite(lo, maj) else
+                 "no accuracy interval or majority baseline",
+                 f"the interval's lower end more than {margin} points above the majority class")]
+
+
 def _setup_rows(params: dict, order: _ScaleOrder) -> list[dict]:
     return setup_table(CLAIM, {**this_setup(params), "pruning order judged": order.note + (
         "" if order.normalised_ok else f" (Michel's normalised order is reported beside it, undecided: with fewer "
@@ -825,6 +943,21 @@ def _setup_rows(params: dict, order: _ScaleOrder) -> list[dict]:
 def this_setup(params: dict) -> dict:
     """This run's side of the "Setup beside the paper" table."""
     pr, l0 = params["pruning"], params["l0"]
+    if params.get("hf_model"):
+        m = params["mnli"]
+        return {"model": f"Hugging Face BERT classifier {params['hf_model']} (imported into the suite's block); the "
+                         "paper's counterpart is its BERT experiment (BERT-base-uncased fine-tuned on MNLI, "
+                         "MNLI-matched), not the WMT model",
+                "data": f"MNLI pairs of {params['mnli_path']}: {m['importance_examples']} score the heads, "
+                        f"{m['eval_examples'] or 'the rest'} measure accuracy (seed {m['seed']}, {m['max_length']} "
+                        "tokens)",
+                "significance": f"paired bootstrap, {params['bootstrap_samples']} samples, p < "
+                                f"{params['significance']}; 'no loss' by matched-pairs intervals (Agresti-Min)",
+                "pruning": f"{100 * pr['step_fraction']:.0f}% of heads per step up to "
+                           f"{100 * pr['max_fraction']:.0f}%, orders {pr['orders']} + {len(pr['random_seeds'])} "
+                           "random; no L0 gates (Voita's experiment is on translation)",
+                "speed": f"heads physically removed ({100 * params['throughput']['prune_fraction']:.0f}%), batch "
+                         f"sizes {params['throughput']['batch_sizes']}, device {params['device']}"}
     src = (f"fairseq checkpoint {params['fairseq_checkpoint']}" if params.get("fairseq_checkpoint") else
            "the suite's shared translation model (results/<hw>/<scale>/_models/translation)")
     return {"model": src,
@@ -840,9 +973,13 @@ def this_setup(params: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------ run
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
-    """Ablate, score, prune and time the attention heads of the trained translation model."""
+    """Ablate, score, prune and time the attention heads of the trained translation model (or, with ``hf_model``,
+    of an imported BERT MNLI classifier: repro.claims._heads_mnli)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if params.get("hf_model"):
+        rows = run_mnli(params, out)
+        return rows, judge(rows, params, scale)
     t0 = time.time()
     S = Setup(params, out)
     log.info("model %s; %d heads (%s); %d test sentences in the evaluation subset; decoding %s", S.model.cfg.block,

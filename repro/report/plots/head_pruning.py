@@ -1,5 +1,6 @@
-"""C5 head_pruning plots: single-head ablation map (Michel Table 1), pruning curves (Fig. 3), L0 budgets
-(Voita Sec. 6) and the speed-up of the pruned model by batch size (Michel Table 4), measured beside published."""
+"""C5 head_pruning plots: single-head ablation map (Michel Table 1), pruning curves (Fig. 3: BLEU, or MNLI accuracy
+for an imported BERT classifier), L0 budgets (Voita Sec. 6) and the speed-up of the pruned model by batch size
+(Michel Table 4), measured beside published."""
 from __future__ import annotations
 
 import matplotlib
@@ -24,7 +25,7 @@ def _sel(m: pd.DataFrame, name: str) -> pd.DataFrame:
 
 def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
-    for figure in (_ablation, _pruning_curve, _l0_budgets, _speedup):
+    for figure in (_ablation, _pruning_curve, _mnli_curve, _l0_budgets, _speedup):
         out += figure(metrics, out_dir)
     return out
 
@@ -80,6 +81,33 @@ def _pruning_curve(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
     return [("pruning_curve.png", f"BLEU vs fraction of heads pruned ({step:g}% per step), lowest Michel importance "
                                   "first vs random orders; dashed: Michel et al.'s WMT figures (Fig. 3).")]
 
+
+def _mnli_curve(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
+    """Michel Fig. 3's BERT curve: MNLI accuracy vs heads pruned, each level with its matched-pairs interval."""
+    pr = with_sweep(metrics[metrics["metric"] == "mnli_pruning_accuracy"], "order", "seed", "fraction", "lo", "hi")
+    if not len(pr):
+        return []
+    names = {"importance": "importance (Michel, l2 per layer)", "importance_raw": "importance (unnormalised)"}
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for (order, seed), d in pr.groupby(["order", "seed"], dropna=False, sort=False):
+        d = d.sort_values("fraction")
+        x, y = 100 * d["fraction"].astype(float), d["value"].astype(float)
+        label = names.get(order, order) if order != "random" else f"random (seed {int(seed)})"
+        if order == "random":
+            ax.plot(x, y, "o-", alpha=0.5, label=label)
+        else:  # the change's interval around the unpruned accuracy
+            base = float(y.iloc[0])
+            ax.errorbar(x, y, yerr=[(y - base - d["lo"].astype(float)).clip(lower=0),
+                                    (base + d["hi"].astype(float) - y).clip(lower=0)], marker="o", capsize=2,
+                        label=label)
+    prunable = published("head_pruning", "michel_prunable_bert")
+    published_line(ax, prunable, f"Michel BERT {prunable:g}% prunable", axis="v")
+    ax.set_xlabel("heads pruned (%)"); ax.set_ylabel("MNLI accuracy (%)")
+    legend_outside(ax)
+    save(fig, out_dir, "mnli_pruning_curve.png")
+    return [("mnli_pruning_curve.png", "MNLI accuracy vs fraction of BERT's heads pruned, lowest importance first, "
+                                       "vs random orders; bars: each level's matched-pairs interval of the change; "
+                                       "dashed: Michel et al.'s BERT figure (Fig. 3).")]
 
 def _l0_budgets(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
     kept = _sel(metrics, "l0_heads_kept")
