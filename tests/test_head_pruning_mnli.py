@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from repro.bench.fingerprint import fingerprint
 from repro.claims import _heads_mnli as mn
 from repro.claims import head_pruning as hp
 from repro.config import ConfigError, needed, section, workflow_spec
 from repro.errors import ArtefactError
-from repro.io import metric
+from repro.io import metric, write_results
+from repro.report.pages import claim_page
 
 transformers = pytest.importorskip("transformers")
 
@@ -147,6 +149,12 @@ def test_the_claim_runs_on_a_bert_folder_and_judges_it(trained, tmp_path):
     assert set(order) == {"importance", "importance_raw"} and len(order["importance"]) == 6
     # at the tiny scale no verdict is claimed
     assert hp.judge(rows, params, "tiny")["verdict"] == "not_applicable"
+    # the claim page renders the BERT rows: the headline table first, the MNLI pruning curve among the figures
+    write_results(tmp_path / "res", fingerprint=fingerprint(), claim="head_pruning", scale="default", metrics=rows,
+                  verdict=v, config=params)
+    page = claim_page("head_pruning", tmp_path / "res", tmp_path / "page.md", tmp_path / "figures")
+    text = page.read_text()
+    assert "40% of BERT's heads" in text.split("\n## ")[0] and "mnli_pruning_curve.png" in text
 
 
 def test_an_untrained_bert_is_gated(tmp_path):
@@ -201,6 +209,13 @@ def test_paper_true_rows_reproduce():
     assert v["verdict"] == "reproduced", v["reason"]
     head = [c for c in v["checks"] if c["headline"]][0]
     assert head["passed"] and head["numbers"]["value"] == pytest.approx(40.3, abs=0.1)  # 58 of 144 heads
+
+
+def test_the_measured_prunable_fraction_may_pass_the_papers():
+    """Decided on the levels up to 40%; the number shown is where the lossless run of levels ends (60% here)."""
+    v = _judge(_rows(lambda f: (0.1, -0.4, 0.5) if f < 0.65 else (-30.0, -31.0, -29.0)))
+    head = [c for c in v["checks"] if c["headline"]][0]
+    assert v["verdict"] == "reproduced" and head["numbers"]["value"] == pytest.approx(100 * 86 / 144)
 
 
 def test_null_rows_are_inconclusive():
