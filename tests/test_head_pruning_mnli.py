@@ -116,6 +116,9 @@ def test_accuracy_matches_transformers_on_the_same_pairs(trained):
     want = pred == np.asarray([model.config.label2id[pairs.label[i]] for i in ev])
     np.testing.assert_array_equal(S.correct(), want)
     assert want.mean() > 0.9  # the keyword task was learned
+    scores = mn.importance(S, [], normalize=True)  # the shared head_importance, with the classifier's loss
+    assert len(scores) == 8 and all(v >= 0 for v in scores.values())
+    assert not S.model.training and not S.view.training  # scoring leaves dropout off for the evaluations
     # a folder with only vocab.txt (older checkpoints) is read as BERT WordPiece: the same predictions
     only_vocab = folder.parent / "vocab_only"
     shutil.copytree(folder, only_vocab)

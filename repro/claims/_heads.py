@@ -99,12 +99,15 @@ def bleu(stats: np.ndarray) -> float:
 
 
 def head_importance(model, batches: list, pad_id: int, pruned: Iterable[Head] = (), kinds=KINDS,
-                    device="cpu", normalize: bool = True, granularity: str = "sentence") -> dict[Head, float]:
+                    device="cpu", normalize: bool = True, granularity: str = "sentence",
+                    loss=None) -> dict[Head, float]:
     """Michel et al. (2019) eq. 2: I_h = E_x |Att_h(x)^T dL/dAtt_h(x)| = E_x |dL/d xi_h|, summed over the
     sentences (``granularity="sentence"``: the absolute value per sentence, read from the head outputs entering
     the output projection) or over the batches (``"batch"``: |dL/d xi_h| of each batch's summed NLL, as
     Michel et al.'s code accumulates it), divided by the target tokens, then l2-normalised within each layer
-    (one attention module).  Pruned heads keep gate 0 while scoring and are left out of the result."""
+    (one attention module).  Pruned heads keep gate 0 while scoring and are left out of the result.
+    ``loss(model, batch) -> (summed loss, targets)``: another model's loss (a classifier's summed cross-entropy
+    over its examples); default the translation NLL over the target tokens."""
     if granularity not in ("sentence", "batch"):
         raise ValueError(f"head_pruning.importance.granularity: {granularity!r} is not sentence or batch")
     pruned = set(pruned)
@@ -139,15 +142,14 @@ def head_importance(model, batches: list, pad_id: int, pruned: Iterable[Head] = 
                 for li, m in enumerate(ms):
                     handles.append(m.out_proj.register_forward_pre_hook(pre_hook((k, li), m.n_heads)))
         for b in batches:
-            b = b.to(device)
             for _, _, g in gates:
                 g.grad = None
-            loss, _, _ = model_loss(model, b, 0.0, pad_id)  # label smoothing 0: the summed NLL, with grad
-            loss.backward()
+            value, n = (loss or _translation_nll)(model, b, pad_id, device)
+            value.backward()
             if granularity == "batch":
                 for k, li, g in gates:
                     acc[(k, li)] += g.grad.detach().abs()
-            ntok += b.ntokens
+            ntok += n
     finally:
         for hd in handles:
             hd.remove()
@@ -168,6 +170,12 @@ def head_importance(model, batches: list, pad_id: int, pruned: Iterable[Head] = 
         for h in keep:
             out[Head(k, li, h)] = float(v[h])
     return out
+
+
+def _translation_nll(model, b, pad_id: int, device) -> tuple[torch.Tensor, int]:
+    b = b.to(device)
+    value, _, _ = model_loss(model, b, 0.0, pad_id)  # label smoothing 0: the summed NLL, with grad
+    return value, b.ntokens
 
 
 class HardConcreteGates(nn.Module):

@@ -5,8 +5,8 @@ Michel, Levy, Neubig, "Are Sixteen Heads Really Better than One?", NeurIPS 2019 
 BERT-base-uncased fine-tuned on MNLI (12 layers x 12 heads):
 
 - Tables 2-3 (BERT column): keeping only one head in one layer changes the matched accuracy by at most 0.96 points;
-- Sec. 4.1 eq. 2: importance I_h = E|dL/d xi_h| with the classifier's cross-entropy, accumulated per batch and
-  divided by the tokens as Michel et al.'s code does, l2-normalised within each layer (or raw);
+- Sec. 4.1 eq. 2: importance I_h = E|dL/d xi_h| with the classifier's cross-entropy (per example, or per batch as
+  Michel et al.'s code: ``importance.granularity``), l2-normalised within each layer (or raw);
 - Fig. 3 (BERT curve): pruning 10% of the heads per step by importance, 40% of them without noticeable loss;
 - Table 4: examples/s of BERT-base with 50% of its heads physically removed, at batch 1, 4, 16, 64.
 
@@ -37,9 +37,10 @@ from statistics import NormalDist
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from repro.bench.timing import time_interleaved
-from repro.claims._heads import Head, pruned_copy, pruning_levels, set_pruned, speed_rows
+from repro.claims._heads import Head, all_heads, head_importance, pruned_copy, pruning_levels, set_pruned, speed_rows
 from repro.errors import ArtefactError, ConfigError
 from repro.io import metric
 from repro.model.hf_import import load_pretrained, read_config
@@ -49,18 +50,19 @@ log = logging.getLogger("repro.head_pruning")
 KIND = "encoder_self"  # BERT has one kind of attention
 
 
-class EncoderHeads:
-    """An imported BERT (repro.model.EncoderModel) seen as the head tools of repro.claims._heads see a model: its
-    self-attention modules by kind (``attention_modules``), the classifier in ``model``."""
+class EncoderHeads(nn.Module):
+    """An imported BERT (repro.model.EncoderModel) as the head tools of repro.claims._heads take a model: its
+    self-attention modules by kind (``attention_modules``), its parameters, and the classifier in ``model``."""
 
     def __init__(self, model):
+        super().__init__()
         self.model = model
 
     def attention_modules(self) -> dict[str, list]:
         return {KIND: [b.self_attn for b in self.model.encoder.layers.layers]}
 
     def heads(self) -> list[Head]:
-        return [Head(KIND, li, h) for li, m in enumerate(self.attention_modules()[KIND]) for h in range(m.n_heads)]
+        return all_heads(self, [KIND])
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -192,7 +194,7 @@ class MnliSetup:
             raise ConfigError(f"head_pruning.hf_model: {folder} is a {info.architecture}, not a sequence "
                               "classifier (BertForSequenceClassification fine-tuned on MNLI)")
         self.model, self.info = model.eval(), info
-        self.view = EncoderHeads(model)
+        self.view = EncoderHeads(model).eval()  # head_importance restores the mode it found: eval, no dropout
         self.heads = self.view.heads()
         cfg = read_config(folder)
         pairs = read_pairs(params["mnli_path"])
@@ -200,15 +202,15 @@ class MnliSetup:
         eval_idx, imp_idx = split(len(pairs.label), m["eval_examples"], m["importance_examples"], m["seed"])
         tk = pair_tokenizer(folder, m["max_length"])
         self.pad_id = int(cfg.get("pad_token_id") or 0)
-        self.batches = {name: self._batches(tk, pairs, idx, m["batch_size"], self.pad_id)
+        self.granularity = params["importance"]["granularity"]
+        self.encs = {name: tk.encode_batch([(pairs.premise[i], pairs.hypothesis[i]) for i in idx])
+                     for name, idx in (("eval", eval_idx), ("importance", imp_idx))}
+        self.batches = {name: make_batches(self.encs[name], [self.classes[pairs.label[i]] for i in idx],
+                                           m["batch_size"], self.pad_id, self.device)
                         for name, idx in (("eval", eval_idx), ("importance", imp_idx))}
         self.labels = np.asarray([self.classes[pairs.label[i]] for i in eval_idx])
         self.n = len(eval_idx)
         self.calls, self.seconds = 0, 0.0
-
-    def _batches(self, tk, pairs: Pairs, idx: list[int], batch_size: int, pad_id: int) -> list[Batch]:
-        encs = tk.encode_batch([(pairs.premise[i], pairs.hypothesis[i]) for i in idx])
-        return make_batches(encs, [self.classes[pairs.label[i]] for i in idx], batch_size, pad_id, self.device)
 
     @torch.no_grad()
     def correct(self, model=None) -> np.ndarray:
@@ -275,39 +277,15 @@ def _resampled_means(x: np.ndarray, samples: int, seed: int, chunk: int = 64) ->
 
 
 def importance(S: MnliSetup, pruned: list[Head], normalize: bool) -> dict[Head, float]:
-    """Michel eq. 2 on the importance examples: |dL/d xi_h| of each batch's mean cross-entropy, summed and divided
-    by the tokens (Michel et al.'s code), l2-normalised within each layer when ``normalize``. Pruned heads keep
-    gate 0 and are left out."""
-    mods = S.view.attention_modules()[KIND]
-    set_pruned(S.view, pruned)
-    req = [p.requires_grad for p in S.model.parameters()]
-    for p in S.model.parameters():
-        p.requires_grad_(False)
-    acc, ntok = [torch.zeros_like(m.head_gate) for m in mods], 0
-    try:
-        for m in mods:
-            m.head_gate.requires_grad_(True)
-        for b in S.batches["importance"]:
-            for m in mods:
-                m.head_gate.grad = None
-            F.cross_entropy(S.model.classify(b.ids, b.pad, b.types), b.labels).backward()
-            for a, m in zip(acc, mods):
-                a += m.head_gate.grad.detach().abs()
-            ntok += int((~b.pad).sum())
-    finally:
-        for m in mods:
-            m.head_gate.requires_grad_(False)
-            m.head_gate.grad = None
-        for p, r in zip(S.model.parameters(), req):
-            p.requires_grad_(r)
-    gone, out = set(pruned), {}
-    for li, v in enumerate(acc):
-        v = v / max(ntok, 1)
-        keep = [h for h in range(len(v)) if Head(KIND, li, h) not in gone]
-        norm = float(v[keep].norm(p=2)) if keep else 0.0
-        for h in keep:
-            out[Head(KIND, li, h)] = float(v[h] / norm) if normalize and norm > 0 else float(v[h])
-    return out
+    """Michel eq. 2 on the importance examples (repro.claims._heads.head_importance, ``importance.granularity``) with
+    the classifier's summed cross-entropy over the examples; l2-normalised within each layer when ``normalize``."""
+    return head_importance(S.view, S.batches["importance"], S.pad_id, pruned, [KIND], S.device, normalize=normalize,
+                           granularity=S.granularity, loss=_classifier_loss)
+
+
+def _classifier_loss(view: EncoderHeads, b: Batch, pad_id: int, device) -> tuple[torch.Tensor, int]:
+    logits = view.model.classify(b.ids, b.pad, b.types)
+    return F.cross_entropy(logits, b.labels, reduction="sum"), len(b.labels)
 
 
 # ------------------------------------------------------------------------------------------------ experiments
@@ -434,10 +412,10 @@ def throughput(E: Experiment, order: list[Head], rows: list) -> None:
         order = order + sorted(sc, key=sc.get)[: n_prune - len(order)]
     set_pruned(S.view)
     small = pruned_copy(S.view, order[:n_prune]).model.eval()
-    pool = [b for b in S.batches["eval"]]
+    pool = list(range(S.n))  # the evaluation pairs in a seeded order, cycled when a batch is larger
     random.Random(p["seed"]).shuffle(pool)
     for bs in p["batch_sizes"]:
-        b = _first_examples(pool, bs, S.pad_id)
+        b = make_batches([S.encs["eval"][pool[i % S.n]] for i in range(bs)], [0] * bs, bs, S.pad_id, S.device)[0]
 
         def fwd(m, b=b):
             with torch.no_grad():
@@ -446,20 +424,6 @@ def throughput(E: Experiment, order: list[Head], rows: list) -> None:
         samples = time_interleaved({"unpruned": lambda: fwd(S.model), "pruned": lambda: fwd(small)}, reps=p["reps"],
                                    warmup=p["warmup"], device=S.device, min_time=p["min_seconds"])
         rows += speed_rows(bs, samples, p["prune_fraction"], n_prune)
-
-
-def _first_examples(batches: list[Batch], bs: int, pad_id: int) -> Batch:
-    """A batch of ``bs`` evaluation examples (cycled when the subset is smaller), padded to its longest."""
-    seqs = [(b.ids[r][~b.pad[r]], b.types[r][~b.pad[r]]) for b in batches for r in range(len(b.pos))]
-    pick = [seqs[i % len(seqs)] for i in range(bs)]
-    T = max(len(x) for x, _ in pick)
-    dev = pick[0][0].device
-    ids = torch.full((bs, T), pad_id, dtype=torch.long, device=dev)
-    types = torch.zeros((bs, T), dtype=torch.long, device=dev)
-    pad = torch.ones((bs, T), dtype=torch.bool, device=dev)
-    for r, (x, t) in enumerate(pick):
-        ids[r, :len(x)], types[r, :len(x)], pad[r, :len(x)] = x, t, False
-    return Batch(np.arange(bs), ids, pad, types, torch.zeros(bs, dtype=torch.long, device=dev))
 
 
 def run_mnli(params: dict, out: Path) -> list[dict]:

@@ -875,7 +875,7 @@ def _mnli_prunable_checks(R: Rows, order: _ScaleOrder, tol: float) -> list[dict]
 def _mnli_prunable_decision(curve: list[dict], tol: float, paper: float) -> tuple[bool | None, str | None, list, float]:
     """(decision on the levels up to the paper's fraction, why undecided, each level's text, the percent of heads
     pruned at the end of the lossless run of levels, which may go past the paper's)."""
-    shown, ok, prefix, decided = [], 0.0, True, None
+    shown, ok, states, decided = [], 0.0, [], None
     for r in curve:
         if r["sweep"]["pruned"] == 0:
             continue
@@ -883,10 +883,10 @@ def _mnli_prunable_decision(curve: list[dict], tol: float, paper: float) -> tupl
         frac = 100 * float(r["sweep"]["fraction"])
         shown.append(f"{frac:.0f}%: {r['sweep'].get('delta', math.nan):+.2f}"
                      + (f" [drop {iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else " [no interval]"))
-        prefix = prefix and state is True
-        ok = frac if prefix else ok
+        states.append(state)
+        ok = frac if all(x is True for x in states) else ok
         if decided is None and round(frac) >= paper:  # the level at the paper's fraction: decide on it and below
-            decided = [_drop_state(x, tol)[0] for x in curve if 0 < x["sweep"]["pruned"] <= r["sweep"]["pruned"]]
+            decided = list(states)
     if decided is None:
         return None, f"the curve ends at {ok:.0f}%, short of {paper:.0f}%", shown, ok
     if all(s is True for s in decided):
