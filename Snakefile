@@ -14,7 +14,7 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config/config.yaml"
 
 
-W = Run(config, workflow.basedir, main_process=workflow.is_main_process)
+W = Run(config, workflow.basedir, main_process=workflow.is_main_process, cores=workflow.cores)
 
 
 include: "workflows/common.smk"
@@ -32,3 +32,17 @@ rule reproduce_all:
     default_target: True
     input:
         W.targets(),
+
+
+# Each invocation that runs jobs records itself: results/<hw>/<scale>/run.json (start, end, jobs run, core-minutes,
+# commit, machine; repro/report/runtime.py). A dry run runs no handler and writes nothing.
+onstart:
+    W.run_started()
+
+
+onsuccess:
+    W.record_run("success", getattr(workflow.dag_settings, "targets", None))
+
+
+onerror:
+    W.record_run("error", getattr(workflow.dag_settings, "targets", None))

@@ -34,11 +34,14 @@ from repro.errors import ArtefactError  # a shared artefact or a model path is m
 
 log = logging.getLogger("repro.artefacts")
 
-CKPT_NAME = "checkpoint_last.pt"
+# The one place the shared models' file names and folders are spelled (training, the fairseq import, the peers,
+# the workflow, publishing and the input hashes all read them from here).
+CKPT_NAME = "checkpoint_last.pt"  # a trained model's folder holds it (fairseq-train's name for its last one, too)
+TOKENIZER_NAME = "tokenizer.json"  # repro.train.prepare's pointer to the vocabulary
 MODELS_DIR = "_models"
 # artefact -> (folder under _models, the file the workflow builds, what a claim receives: the folder or the file)
 ARTEFACTS = {
-    "tokenizer": ("translation", "tokenizer.json", "file"),
+    "tokenizer": ("translation", TOKENIZER_NAME, "file"),
     "translation_model": ("translation", CKPT_NAME, "folder"),
     "lm": ("lm", CKPT_NAME, "folder"),
 }

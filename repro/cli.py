@@ -41,17 +41,24 @@ def add_params_arguments(parser: argparse.ArgumentParser, section: str, *, scale
         parser.add_argument("--scale", default=scale_default, choices=config.SCALES)
 
 
+def load_json_option(parser: argparse.ArgumentParser, option: str, text: str | None, validate, default):
+    """``option``'s JSON ``text`` passed through ``validate`` (a ConfigError names the key), or ``default()`` when
+    it is not given; errors exit through ``parser.error`` (status 2) naming the option."""
+    try:
+        if text:
+            try:
+                given = json.loads(text)
+            except json.JSONDecodeError as exc:
+                parser.error(f"{option}: not valid JSON ({exc})")
+            return validate(given)
+        return default()
+    except config.ConfigError as exc:
+        parser.error(f"{option}: {exc}")
+
+
 def load_params(parser: argparse.ArgumentParser, section: str, scale: str, text: str | None) -> dict:
     """The parameters of ``section``: ``--params`` JSON checked like the config files (a hand-written '{}' names the
     first missing key, not a KeyError later), or config/claims/<section>.yaml at ``scale``. Errors exit through
     ``parser.error`` (status 2) with the key named."""
-    try:
-        if text:
-            try:
-                params = json.loads(text)
-            except json.JSONDecodeError as exc:
-                parser.error(f"--params: not valid JSON ({exc})")
-            return config.validate_params(section, scale, params)
-        return config.section(section, scale)
-    except config.ConfigError as exc:
-        parser.error(f"--params: {exc}")
+    return load_json_option(parser, "--params", text, lambda p: config.validate_params(section, scale, p),
+                            lambda: config.section(section, scale))

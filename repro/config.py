@@ -6,7 +6,10 @@
   per scale (tiny, default, paper), validated against ``config/schema/<id>.schema.yaml`` when that schema exists.
 
 ``section(name, scale, overrides)`` returns the validated parameters of one claim at one scale with the user's
-overrides merged in. Every error names the file and the dotted key.
+overrides merged in: what the experiment measures with (the measurement key hashes them). ``thresholds(name, scale,
+overrides)`` returns the same section's ``judge:`` part: the values the claim's judge decides with (the judge key
+hashes them; changing one re-judges the stored measurement and never re-measures). Every error names the file and
+the dotted key.
 """
 from __future__ import annotations
 
@@ -186,8 +189,33 @@ def _schema(name: str) -> dict | None:
     return _load_yaml(path) if path.exists() else None
 
 
+JUDGE = "judge"  # the key of a scale section that holds the judge's thresholds (never a measurement parameter)
+
+
 def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
-    """Validated parameters of claim/artefact ``name`` at ``scale`` (defaults filled, overrides merged)."""
+    """Validated parameters of claim/artefact ``name`` at ``scale`` (defaults filled, overrides merged), without the
+    judge's thresholds (:func:`thresholds`)."""
+    params = _full_section(name, scale, overrides)
+    params.pop(JUDGE, None)
+    return params
+
+
+def thresholds(name: str, scale: str, overrides: Mapping | None = None) -> dict:
+    """The judge's thresholds of claim ``name`` at ``scale``: the section's ``judge:`` part (defaults filled from the
+    schema's ``judge`` properties, overrides merged: ``overrides: {<id>: {judge: {key: value}}}``)."""
+    return dict(_full_section(name, scale, overrides).get(JUDGE) or {})
+
+
+def validate_thresholds(name: str, scale: str, given: Any) -> dict:
+    """Check thresholds given as a whole (``--thresholds`` JSON) against the schema's ``judge`` part, filling
+    defaults; raise ConfigError naming the key."""
+    sub = ((_schema(name) or {}).get("properties") or {}).get(JUDGE)
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"{name}.yaml [{scale}] judge: expected a mapping of thresholds, got {given!r}")
+    return dict(validate(dict(given), sub, f"{name}.yaml [{scale}] judge") if sub else given)
+
+
+def _full_section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
     if scale not in SCALES:
         raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
     path = CONFIG_DIR / "claims" / f"{name}.yaml"
@@ -203,7 +231,7 @@ def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
     if not isinstance(override, Mapping):
         raise ConfigError(f"config: overrides.{name}: expected a mapping of keys, got {override!r}")
     params = deep_merge(data[scale] or {}, override)
-    return validate_params(name, scale, params)
+    return validate_params(name, scale, params, keep_judge=True)
 
 
 def workflow_spec(name: str, scale: str) -> dict:
@@ -243,17 +271,22 @@ def needed(spec: Mapping, params: Mapping) -> list[dict]:
     return out
 
 
-def validate_params(name: str, scale: str, params: Any) -> dict:
+def validate_params(name: str, scale: str, params: Any, keep_judge: bool = False) -> dict:
     """Check the parameters of ``name`` (e.g. a ``--params`` JSON given by hand) against its schema, filling
-    defaults; raise ConfigError naming the key."""
+    defaults; raise ConfigError naming the key. The ``judge:`` thresholds are validated too and, unless
+    ``keep_judge``, left out of what is returned (they are no measurement parameter)."""
     where = f"{name}.yaml [{scale}]"
     if not isinstance(params, Mapping):
         raise ConfigError(f"{where}: expected a mapping of parameters, got {type(params).__name__}")
     params = dict(params)
     schema = _schema(name)
     if schema is not None:
+        if JUDGE in (schema.get("properties") or {}) and JUDGE not in params:
+            params[JUDGE] = {}  # fills the thresholds' defaults
         validate(params, schema, where)
     _check_models(name, params, where)
+    if not keep_judge:
+        params.pop(JUDGE, None)
     return params
 
 

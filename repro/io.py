@@ -208,7 +208,9 @@ def input_hashes(inputs: Mapping) -> dict:
     out = {}
     for param, path in inputs.items():
         p = Path(str(path))
-        target = p / "checkpoint_last.pt" if p.is_dir() and (p / "checkpoint_last.pt").is_file() else p
+        from repro.artefacts import CKPT_NAME  # lazy, upward: the one spelling of a model folder's checkpoint
+
+        target = p / CKPT_NAME if p.is_dir() and (p / CKPT_NAME).is_file() else p
         if target.is_file():
             size = target.stat().st_size
             digest = file_sha256(target) if size <= 4 * 2**30 else None

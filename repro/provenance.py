@@ -1,24 +1,26 @@
 """What measured a result, by content: the keys a result records and the workflow compares to decide whether a
 claim must be measured again, judged again, or can be kept.
 
-A claim's result is fresh only while these are what the checkout would use now:
+A claim is a measurement and a judge in separate files (docs/adding_a_claim.md): ``repro/claims/<id>.py`` runs the
+experiment, ``repro/judges/<id>.py`` decides the verdict from its rows. A claim's result is fresh only while these
+are what the checkout would use now:
 
-- ``code``: the claim's measurement code. The claim module (``repro/claims/<id>.py``) without its judge-only
-  functions (``judge`` and the top-level functions only it reaches), and every ``repro`` module the claim imports,
-  directly or through others (imports read from the source, function-local ones included; each package's
-  ``__init__`` too), except the judge-side modules (:data:`JUDGE_SIDE`: the verdict contract's home and the
-  registry of published numbers). The code of the shared artefacts the claim's config says it needs (the
-  translation model, the LM, the tokenizer: :data:`ARTEFACT_CODE`) is part of it too.
+- ``code``: the claim's measurement code: ``repro/claims/<id>.py`` and every ``repro`` module it imports, directly
+  or through others (imports read from the source, function-local ones included; each package's ``__init__`` too),
+  except the judge side (:data:`JUDGE_SIDE`: the judges, the verdict contract and the registry of published
+  numbers), which a measurement never imports. The code of the shared artefacts the claim's config says it needs
+  (the translation model, the LM, the tokenizer: :data:`ARTEFACT_CODE`) is part of it too.
 - ``config``: the claim's resolved parameters (its section at the scale, overrides applied, with the sections it
-  lists, exactly what the job receives).
+  lists, exactly what the job receives; never the ``judge:`` thresholds).
 - ``software``: python, torch and triton versions.
-- ``judge``: the judge-only functions of the claim module, the judge-side modules and the published numbers
-  (``repro/registry/published.yaml``). A change here re-judges the stored measurements; nothing is measured again.
+- ``judge``: the judge's files (``repro/judges/<id>.py`` and every repro module it imports), the published numbers
+  (``repro/registry/published.yaml``) and the thresholds (the section's ``judge:`` part). A change here re-judges
+  the stored measurements; nothing is measured again.
 
 ``measure`` (code + config + software, one hash) is what a measurement records and what the workflow's stamp
-file holds (``results/<hw>/<scale>/_keys/<claim>.measure``; :func:`write_stamp`): the stamp is rewritten, and so
-becomes newer than the results, only when the key differs from the one it holds, which makes Snakemake rerun the
-jobs that take it as input. The report compares a result's recorded ``code`` key with the checkout's to mark it
+file holds (``.snakemake/repro/keys/<hw>/<scale>/<claim>.measure``; :func:`write_stamp`): the stamp is rewritten,
+and so becomes newer than the results, only when the key differs from the one it holds, which makes Snakemake rerun
+the jobs that take it as input. The report compares a result's recorded ``code`` key with the checkout's to mark it
 stale (:func:`claim_keys` at the result's scale).
 
 Reads source files only (no torch import): the Snakefile calls it while the DAG is built.
@@ -37,8 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# judge-side modules: changing them re-judges, never re-measures (their code decides verdicts, it measures nothing)
-JUDGE_SIDE = ("repro/verdicts.py", "repro/registry/__init__.py")
+# judge-side modules: changing them re-judges, never re-measures (their code decides verdicts, it measures nothing);
+# a path ending in "/" is a package (every file under it)
+JUDGE_SIDE = ("repro/verdicts.py", "repro/judging.py", "repro/registry/__init__.py", "repro/judges/")
 # neither measurement nor judge: this module (the keys themselves)
 NOT_CODE = ("repro/provenance.py",)
 PUBLISHED = "repro/registry/published.yaml"
@@ -50,8 +53,6 @@ ARTEFACT_CODE = {
     "translation_evaluate": ("repro.train.prepare", "repro.train.train", "repro.train.evaluate"),
 }
 SOFTWARE = ("torch", "triton")
-# the functions of a claim module that run its experiment (everything reachable from them is measurement code)
-MEASURE_ROOTS = ("run", "run_part")
 
 
 def git_commit(root: str | Path | None = None) -> dict:
@@ -120,62 +121,20 @@ def module_closure(modules: tuple[str, ...], root: Path = ROOT, stop: tuple[str,
     while todo:
         name = todo.pop()
         path = _module_file(name, root)
-        if path is None or name in seen or path.relative_to(root).as_posix() in stop:
+        if path is None or name in seen or _stopped(path.relative_to(root).as_posix(), stop):
             continue
         seen[name] = path
         todo.extend(_imports(path, root) - set(seen))
     return sorted(set(seen.values()))
 
 
-def split_claim_module(path: Path) -> tuple[str, str]:
-    """(measurement source, judge-only source) of a claim module: the top-level functions reachable from
-    ``judge`` and from none of :data:`MEASURE_ROOTS` or the module-level statements are judge-only, and so are the
-    module-level imports of judge-side modules only; everything else is measurement code (conservatively: a helper
-    both use is measurement)."""
-    text = path.read_text()
-    tree = ast.parse(text)
-    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-
-    def names(node) -> set[str]:
-        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(defs)
-
-    def reach(start: set[str], blocked: set[str]) -> set[str]:
-        seen, todo = set(), [s for s in start if s not in blocked]
-        while todo:
-            d = todo.pop()
-            if d in seen:
-                continue
-            seen.add(d)
-            todo.extend(n for n in names(defs[d]) if n not in seen and n not in blocked)
-        return seen
-
-    module_level = set().union(*[names(n) for n in tree.body if n not in defs.values()] or [set()])
-    measure = reach((module_level | {r for r in MEASURE_ROOTS if r in defs}) - {"judge"}, {"judge"})
-    judge_only = reach({"judge"} & set(defs), set()) - measure
-    lines = text.splitlines(keepends=True)
-    judge_src, keep = [], []
-    spans = sorted([(defs[d].lineno - len(defs[d].decorator_list), defs[d].end_lineno, d) for d in judge_only]
-                   + [(n.lineno, n.end_lineno, "import") for n in tree.body if _imports_judge_side_only(n)])
-    cursor = 0
-    for start, end, _ in spans:
-        keep.append("".join(lines[cursor:start - 1]))
-        judge_src.append("".join(lines[start - 1:end]))
-        cursor = end
-    keep.append("".join(lines[cursor:]))
-    return "".join(keep), "".join(judge_src)
+def _stopped(rel: str, stop: tuple[str, ...]) -> bool:
+    return any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in stop)
 
 
-def _imports_judge_side_only(node) -> bool:
-    """A module-level import of judge-side modules only (``from repro.verdicts import check``): judge code, so
-    importing one more verdict helper re-judges and measures nothing again."""
-    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        mods = [node.module] if node.module != "repro" else [f"repro.{a.name}" for a in node.names]
-    elif isinstance(node, ast.Import):
-        mods = [a.name for a in node.names]
-    else:
-        return False
-    side = {p.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for p in JUDGE_SIDE}
-    return all(m in side for m in mods)
+def judge_module(claim: str) -> str:
+    """The judge of ``claim`` (the translation benchmark's too): ``repro.judges.<claim>``."""
+    return f"repro.judges.{claim}"
 
 
 def _files_digest(paths: list[Path], root: Path) -> dict[str, str]:
@@ -184,24 +143,29 @@ def _files_digest(paths: list[Path], root: Path) -> dict[str, str]:
 
 @lru_cache(maxsize=None)
 def _claim_code(claim: str, needs: tuple[str, ...], root: Path = ROOT) -> dict:
-    module = root / "repro" / "claims" / f"{claim}.py"
-    measure_src, judge_src = split_claim_module(module)
     deps = module_closure((f"repro.claims.{claim}",), root)
     for artefact in needs:
         deps += module_closure(ARTEFACT_CODE[artefact], root)
-    files = {k: v for k, v in _files_digest(sorted(set(deps)), root).items()
-             if k != module.relative_to(root).as_posix()}
-    files[module.relative_to(root).as_posix() + " (measurement part)"] = _sha(measure_src)
-    judge_files = {p: _sha((root / p).read_bytes()) for p in (*JUDGE_SIDE, PUBLISHED) if (root / p).is_file()}
-    judge_files[module.relative_to(root).as_posix() + " (judge part)"] = _sha(judge_src)
-    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files,
-            "judge": _sha(json.dumps(judge_files, sort_keys=True))}
+    files = _files_digest(sorted(set(deps)), root)
+    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files, **_judge_code(claim, root)}
+
+
+@lru_cache(maxsize=None)
+def _judge_code(claim: str, root: Path = ROOT) -> dict:
+    """The judge's files: repro/judges/<claim>.py and what it imports (measurement modules too: a judge may read a
+    claim's constants), the verdict contract and the published numbers."""
+    paths = module_closure((judge_module(claim), "repro.verdicts", "repro.registry"), root, stop=NOT_CODE)
+    files = _files_digest(paths, root)
+    if (root / PUBLISHED).is_file():
+        files[PUBLISHED] = _sha((root / PUBLISHED).read_bytes())
+    return {"judge_code": _sha(json.dumps(files, sort_keys=True)), "judge_files": files}
 
 
 @lru_cache(maxsize=None)
 def _artefact_code(artefact: str, root: Path = ROOT) -> dict:
     files = _files_digest(module_closure(ARTEFACT_CODE[artefact], root), root)
-    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files, "judge": None}
+    judge = _judge_code("translation", root) if artefact == "translation_evaluate" else {"judge_code": None}
+    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files, **judge}
 
 
 def software() -> dict:
@@ -215,33 +179,46 @@ def software() -> dict:
     return out
 
 
-def keys(code: dict, params: dict | str) -> dict:
-    """The keys of one measurement: code and judge (from ``code``), config (the resolved parameters), software, and
-    ``measure``, the one hash of code, config and software."""
+def judge_key(judge_code: str | None, thresholds: dict | None) -> str | None:
+    """The judge key: the judge's code (files and published numbers) with the thresholds it decides with."""
+    if judge_code is None:
+        return None
+    return _sha(json.dumps([judge_code, thresholds or {}], sort_keys=True, default=str))
+
+
+def keys(code: dict, params: dict | str, thresholds: dict | None = None) -> dict:
+    """The keys of one measurement: code (from ``code``), config (the resolved parameters), software, ``measure``
+    (the one hash of code, config and software) and ``judge`` (the judge's code with ``thresholds``)."""
     text = params if isinstance(params, str) else json.dumps(params, sort_keys=True, default=str)
-    out = {"code": code["code"], "judge": code["judge"], "config": _sha(json.dumps(json.loads(text), sort_keys=True)),
-           "software": software()}
+    config_text = json.loads(text)
+    if isinstance(config_text, dict) and "judge" in config_text:
+        raise ValueError("provenance.keys: the parameters hold a 'judge' section; thresholds are no measurement "
+                         "parameter (pass them as thresholds=)")
+    out = {"code": code["code"], "judge": judge_key(code.get("judge_code"), thresholds),
+           "config": _sha(json.dumps(config_text, sort_keys=True)), "software": software()}
     out["measure"] = _sha(json.dumps([out["code"], out["config"], out["software"]], sort_keys=True))
     return out
 
 
-def claim_keys(claim: str, params: dict | str, needs: tuple[str, ...] = ()) -> dict:
+def claim_keys(claim: str, params: dict | str, needs: tuple[str, ...] = (), thresholds: dict | None = None) -> dict:
     """The keys of claim ``claim`` measured with ``params`` (what the job receives) and the shared artefacts
-    ``needs`` (the artefact names of its config's ``workflow.needs``), with the files behind the code key
-    (``code_files``: which changed, when a result is stale) and ``needs``."""
+    ``needs`` (the artefact names of its config's ``workflow.needs``), judged with ``thresholds`` (the section's
+    ``judge:`` part), with the files behind the code key (``code_files``: which changed, when a result is stale)
+    and ``needs``."""
     code = _claim_code(claim, tuple(sorted(needs)))
-    return {**keys(code, params), "needs": sorted(needs), "code_files": dict(code["code_files"])}
+    return {**keys(code, params, thresholds), "needs": sorted(needs), "code_files": dict(code["code_files"])}
 
 
-def artefact_keys(artefact: str, params: dict | str) -> dict:
-    """The keys of a shared artefact's build (:data:`ARTEFACT_CODE`) with the translation section ``params``."""
+def artefact_keys(artefact: str, params: dict | str, thresholds: dict | None = None) -> dict:
+    """The keys of a shared artefact's build (:data:`ARTEFACT_CODE`) with the translation section ``params`` (the
+    translation benchmark's judge, ``translation_evaluate``, with ``thresholds``)."""
     code = _artefact_code(artefact)
-    return {**keys(code, params), "artefact": artefact, "code_files": dict(code["code_files"])}
+    return {**keys(code, params, thresholds), "artefact": artefact, "code_files": dict(code["code_files"])}
 
 
 def current_code(claim: str, needs: tuple[str, ...] | list[str] | None = None) -> dict:
     """The checkout's code key of a claim (``translation``: the translation benchmark's) for the shared artefacts
-    ``needs`` a result recorded: {code, judge, code_files}."""
+    ``needs`` a result recorded: {code, code_files, judge_code, judge_files}."""
     if claim == "translation":
         return dict(_artefact_code("translation_evaluate"))
     return dict(_claim_code(claim, tuple(sorted(needs or ()))))

@@ -3,9 +3,12 @@ them into a verdict. Judge-side code: the workflow re-judges stored measurements
 measures nothing again (repro.provenance.JUDGE_SIDE)."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from repro import registry
+from repro.rows import Rows  # noqa: F401 (the judges' row queries; measurement code imports repro.rows)
 
 VERDICTS = ("reproduced", "partially", "not_reproduced", "inconclusive", "not_applicable", "not_implemented")
 
@@ -16,15 +19,25 @@ def verdict(claim: str, status: str, reason: str, *, checks: list[dict] | None =
     return {"claim": claim, "verdict": status, "reason": reason, "checks": checks or [], **extra}
 
 
+def uses(thresholds: Mapping, *keys: str) -> dict:
+    """``{key: value}`` of the thresholds a check decides with (its ``thresholds=``): verdict.json and the page show
+    them beside the check, under the key names of the config's ``judge:`` section."""
+    missing = [k for k in keys if k not in thresholds]
+    if missing:
+        raise KeyError(f"threshold {missing[0]!r} is not in the judge: section (known: {', '.join(thresholds)})")
+    return {k: thresholds[k] for k in keys}
+
+
 def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
-          interval: str | None = None, undecided_because: str | None = None, numbers: dict | None = None) -> dict:
+          interval: str | None = None, undecided_because: str | None = None, numbers: dict | None = None,
+          thresholds: Mapping | None = None) -> dict:
     """One verdict criterion: what was measured, what the paper says, and whether it holds.
 
     ``headline``: the claim's main statement (see ``verdict_from_checks``). ``interval``: the uncertainty that
     decided it (seeds' spread, bootstrap interval), in words. ``passed=None`` means the run could not decide the
     check; ``undecided_because`` says why (the control did not learn, the spread is too wide, a CPU stand-in...).
     ``numbers`` (:func:`numbers`): the check's measured value and the paper's, as numbers, for the headline tables
-    of the matrix and the pages."""
+    of the matrix and the pages. ``thresholds`` (:func:`uses`): the judge's thresholds this check decided with."""
     if passed is None and not undecided_because:
         undecided_because = "not decided by this run"
     out = {"name": name, "passed": None if passed is None else bool(passed), "measured": measured,
@@ -32,6 +45,8 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
            "undecided_because": None if passed is not None else undecided_because}
     if numbers is not None:
         out["numbers"] = numbers
+    if thresholds:
+        out["thresholds"] = dict(thresholds)
     return out
 
 
@@ -57,10 +72,14 @@ def numbers(value: float | None, unit: str, *, paper: float | None = None, paper
             "paper_text": paper_text, "compare": compare}
 
 
-def gate(name: str, passed: bool, measured: str, required: str) -> dict:
+def gate(name: str, passed: bool, measured: str, required: str, *, thresholds: Mapping | None = None) -> dict:
     """A precondition of the checks on a trained model (e.g. "the control model learned"): when it fails, the
-    checks that rest on it are undecided (the run could not decide them), never held or failed."""
-    return {"name": name, "passed": bool(passed), "measured": measured, "required": required}
+    checks that rest on it are undecided (the run could not decide them), never held or failed. ``thresholds``
+    (:func:`uses`): the judge's thresholds it decided with."""
+    out = {"name": name, "passed": bool(passed), "measured": measured, "required": required}
+    if thresholds:
+        out["thresholds"] = dict(thresholds)
+    return out
 
 
 def gated(c: dict, gates: list[dict]) -> dict:
@@ -179,48 +198,138 @@ def decide_within(lo: float, hi: float, target_lo: float, target_hi: float) -> b
     return None
 
 
-class Rows(list):
-    """Metric rows (the dicts of metrics.csv, or of ``repro.io.metric``) with the queries a judge asks of them:
-    ``Rows(rows).metric("bleu").where(norm="pre").values()``. Every query returns rows in their stored order."""
+# ----------------------------------------------------------------------------------------------- declared checks
+RULES = ("above", "below", "within", "equivalent")
+STATISTICS = ("t_interval", "mean_over_rows", "interval_columns")
 
-    def metric(self, *names: str) -> "Rows":
-        """The rows of any of the metrics ``names``."""
-        return Rows(r for r in self if r["metric"] in names)
 
-    def where(self, **sweep: Any) -> "Rows":
-        """The rows whose sweep variables equal the given values (a variable a row lacks matches None)."""
-        return Rows(r for r in self if all(r["sweep"].get(k) == v for k, v in sweep.items()))
+@dataclass(frozen=True)
+class Declared:
+    """A check declared as data (docs/adding_a_claim.md): which rows, which statistic, which rule with which
+    threshold of the judge: section, headline or gate, and the registry key of the paper's number.
 
-    def having(self, *keys: str) -> "Rows":
-        """The rows that set every sweep variable in ``keys``."""
-        return Rows(r for r in self if all(k in r["sweep"] for k in keys))
+    - ``metric`` / ``where``: the rows (``Rows(rows).metric(metric).where(**where)``); ``each``: one check per
+      distinct value of that sweep variable (``{each}`` in ``name`` is replaced by it).
+    - ``statistic``: how the rows become a value and a 95% interval: ``t_interval`` (the first row's value with
+      the t-interval of its recorded spread over its n), ``mean_over_rows`` (the mean of the rows' values, one per
+      seed, with their t-interval), ``interval_columns`` (the first row's value with the sweep's ``lo``/``hi``).
+    - ``rule``: ``above`` / ``below`` the threshold (the interval wholly on the claimed side holds, wholly on the
+      other fails, straddling or touching is undecided); ``within``: inside a band (``threshold`` a pair of keys
+      [low, high], or one key, a half-width around ``center``); ``equivalent``: "no difference" as an equivalence
+      test, the interval inside +- the margin ``threshold`` around ``center`` (0 unless given).
+    - ``center``: a number, or ``"paper"`` for the registry's value of ``paper``.
+    - ``paper``: registry key of the published number (shown beside the measured one; ``compare`` says how).
+    - ``gate``: a precondition (the control learned) rather than a check: :func:`gate`, decided on the interval.
+    """
+    name: str
+    metric: str
+    rule: str
+    threshold: str | tuple[str, str]
+    statistic: str = "t_interval"
+    where: Mapping[str, Any] = field(default_factory=dict)
+    each: str | None = None
+    center: float | str | None = None
+    headline: bool = False
+    gate: bool = False
+    paper: str | None = None
+    unit: str = ""
+    compare: str | None = None
 
-    def filter(self, keep) -> "Rows":
-        """The rows for which ``keep(row)`` is true (for a condition ``where`` cannot state)."""
-        return Rows(r for r in self if keep(r))
+    def __post_init__(self):
+        if self.rule not in RULES:
+            raise ValueError(f"Declared {self.name!r}: rule {self.rule!r} is not one of {RULES}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"Declared {self.name!r}: statistic {self.statistic!r} is not one of {STATISTICS}")
+        if self.rule in ("above", "below") and not isinstance(self.threshold, str):
+            raise ValueError(f"Declared {self.name!r}: rule {self.rule} takes one threshold key")
 
-    def measured(self) -> "Rows":
-        """The rows with a value (a row whose measurement was skipped or failed has value None)."""
-        return Rows(r for r in self if r["value"] is not None)
+    def keys(self) -> tuple[str, ...]:
+        return (self.threshold,) if isinstance(self.threshold, str) else tuple(self.threshold)
 
-    def values(self) -> list:
-        return [r["value"] for r in self]
 
-    def first(self, default: Any = None) -> Any:
-        return self[0] if self else default
+def _declared_statistic(d: Declared, R: "Rows") -> tuple[float, float, float, str] | None:
+    from repro.stats import sample_interval, t_interval  # judge-side use of the shared statistics
 
-    def value(self, default: Any = None) -> Any:
-        """The first row's value (``default`` when there is none)."""
-        return self[0]["value"] if self else default
+    R = R.measured()
+    if not R:
+        return None
+    if d.statistic == "mean_over_rows":
+        mean, lo, hi, _ = sample_interval(R.values())
+        return mean, lo, hi, f"95% t-interval over {len(R)} values"
+    row = R[0]
+    if d.statistic == "interval_columns":
+        lo, hi = row["sweep"].get("lo"), row["sweep"].get("hi")
+        lo, hi = (-math.inf if lo is None else float(lo)), (math.inf if hi is None else float(hi))
+        return float(row["value"]), lo, hi, "the measurement's 95% interval"
+    lo, hi = t_interval(float(row["value"]), row.get("spread"), row.get("n"))
+    return float(row["value"]), lo, hi, f"95% t-interval over n={row.get('n') or 1}"
 
-    def sweep(self, key: str) -> list:
-        """The distinct values of sweep variable ``key`` in order of first appearance (rows without it skipped)."""
-        return list(dict.fromkeys(r["sweep"][key] for r in self if key in r["sweep"]))
 
-    def by(self, key: str) -> dict[Any, "Rows"]:
-        """The rows grouped by sweep variable ``key`` (in order of first appearance; rows without it skipped)."""
-        out: dict[Any, Rows] = {}
-        for r in self:
-            if key in r["sweep"]:
-                out.setdefault(r["sweep"][key], Rows()).append(r)
-        return out
+def _declared_band(d: Declared, T: Mapping, paper: float | None) -> tuple[float, float, str]:
+    if not isinstance(d.threshold, str):
+        lo_key, hi_key = d.threshold
+        return float(T[lo_key]), float(T[hi_key]), f"[{T[lo_key]:g}, {T[hi_key]:g}]"
+    if isinstance(T[d.threshold], (list, tuple)):
+        lo, hi = (float(x) for x in T[d.threshold])
+        return lo, hi, f"[{lo:g}, {hi:g}]"
+    center = paper if d.center == "paper" else float(d.center or 0.0)
+    if center is None:
+        raise ValueError(f"Declared {d.name!r}: center 'paper' needs paper= (a registry key with a value)")
+    half = float(T[d.threshold])
+    return center - half, center + half, f"{center:g} +- {half:g}"
+
+
+def evaluate(claim: str, d: Declared, rows: list[dict], thresholds: Mapping) -> list[dict]:
+    """The checks (or gates) of one declared check on ``rows`` with ``thresholds``: the statistic, the rule's
+    decision, and the text saying what was measured, against what, and why it is undecided when it is."""
+    R = Rows(rows).metric(d.metric).where(**d.where)
+    groups = list(R.by(d.each).items()) if d.each else [(None, R)]
+    paper = registry.published(claim, d.paper).get("value") if d.paper else None
+    paper = float(paper) if isinstance(paper, (int, float)) else None
+    used = uses(thresholds, *d.keys())
+    out = []
+    for value, G in groups:
+        name = d.name.format(each=value) if d.each else d.name
+        stat = _declared_statistic(d, G)
+        if d.rule in ("above", "below"):
+            t = float(thresholds[d.threshold])
+            expected = f"{'>' if d.rule == 'above' else '<'} {t:g} ({d.threshold})"
+        else:
+            b_lo, b_hi, band = _declared_band(d, thresholds, paper)
+            expected = (f"within {band}" if d.rule == "within" else f"equivalent: inside {band}") + \
+                f" ({', '.join(d.keys())})"
+        if stat is None:
+            passed, measured, interval, why = None, "no measured rows", None, f"no rows of {d.metric}"
+        else:
+            v, lo, hi, how = stat
+            if any(map(math.isnan, (v, lo, hi))):
+                passed = None
+            elif d.rule in ("above", "below"):
+                passed = decide_interval(lo, hi, **{d.rule: t})
+            else:
+                passed = decide_within(lo, hi, b_lo, b_hi)
+            unit = f" {d.unit}" if d.unit else ""
+            measured, interval = f"{v:.4g}{unit} [{lo:.4g}, {hi:.4g}]", how
+            why = f"the interval [{lo:.4g}, {hi:.4g}] overlaps or touches {expected}"
+        if d.gate:
+            g = gate(name, bool(passed), measured, expected, thresholds=used)
+            g["decided"] = passed is not None
+            out.append(g)
+            continue
+        nums = None
+        if d.headline and stat is not None:
+            nums = numbers(stat[0], d.unit or d.metric, lo=stat[1], hi=stat[2], paper=paper,
+                           compare=d.compare if paper is not None else None)
+        out.append(check(name, passed, measured, expected + (f"; paper {paper:g}" if paper is not None else ""),
+                         headline=d.headline, interval=interval, undecided_because=why, numbers=nums,
+                         thresholds=used))
+    return out
+
+
+def evaluate_all(claim: str, declared: list[Declared], rows: list[dict], thresholds: Mapping) -> tuple[list, list]:
+    """(checks, gates) of every declared check, in the declared order; checks resting on a failed gate are made
+    undecided (:func:`gated`)."""
+    checks, gates = [], []
+    for d in declared:
+        (gates if d.gate else checks).extend(evaluate(claim, d, rows, thresholds))
+    return [gated(c, gates) for c in checks], gates

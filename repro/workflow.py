@@ -7,13 +7,14 @@ import ast
 import copy
 import json
 import sys
+import time
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from repro import artefacts, provenance, registry
 from repro.bench.fingerprint import hardware_id, slug
-from repro.config import ConfigError, load_run_config, needed, section, workflow_spec
+from repro.config import ConfigError, load_run_config, needed, section, thresholds, workflow_spec
 from repro.io import ResultsError, check_results
 
 def _defines(module_file: Path, name: str) -> bool:
@@ -26,7 +27,7 @@ def _defines(module_file: Path, name: str) -> bool:
 
 
 class Run:
-    def __init__(self, config: dict, basedir: str | Path, main_process: bool = True):
+    def __init__(self, config: dict, basedir: str | Path, main_process: bool = True, cores: int | None = None):
         try:
             self.cfg = load_run_config(config)
         except ConfigError as exc:
@@ -43,9 +44,11 @@ class Run:
         self.res = f"{self.cfg['results_dir']}/{self.hw}/{self.scale}"
         self.rep = f"{self.cfg['reports_dir']}/{self.hw}/{self.scale}"
         self.logs = f"logs/{self.hw}/{self.scale}"
-        self.models = f"{self.res}/_models"
+        self.models = f"{self.res}/{artefacts.MODELS_DIR}"
         self.basedir = Path(basedir)
+        self.cores = cores
         self._sections: dict = {}
+        self._thresholds: dict = {}
         self._specs: dict = {}
         self.claims_with_workflow = registry.implemented_claims(self.basedir)
         self.refs = self.cfg["references_dir"]
@@ -54,20 +57,16 @@ class Run:
             self.write_stamps()
 
     def check_results(self) -> None:
-        """Before the DAG is built: a page whose results are gone (an interrupted --forcerun, where
-        Snakemake removed the results but not the page downstream of them) is stale and is removed, so the claim
-        reruns instead of "Nothing to be done"; damaged results (unreadable verdict.json, a metrics.csv that
-        does not match its integrity record) stop the run here, naming the file, before any job removes the
-        page built from them."""
+        """Before the DAG is built: damaged results (unreadable verdict.json, a metrics.csv that does not match its
+        integrity record) stop the run here, naming the file, before any job removes the page built from them.
+        Reads only: parsing the workflow (a dry run too) writes and deletes nothing under results/ or reports/. (A
+        page whose results are gone is rebuilt by Snakemake itself: its input is missing, so the jobs that make it
+        run, and the page after them.)"""
         for claim in self.cfg["claims"]:
             if claim not in self.claims_with_workflow:
                 continue
             res, page = Path(self.res) / claim, Path(self.rep) / f"{claim}.md"
             if not (res / "verdict.json").exists():
-                if page.exists():
-                    page.unlink()
-                    print(f"repro: removed the stale page {page}: its results {res}/verdict.json are missing "
-                          f"(interrupted run?); claim_{claim} will rerun", file=sys.stderr)
                 continue
             try:
                 check_results(res)  # verdict readable, metrics.csv matching its integrity record
@@ -81,8 +80,18 @@ class Run:
         return tuple(n["artefact"] for n in needed(self.spec(claim), self.section(claim)))
 
     def keys(self, claim: str) -> dict:
-        """The provenance keys of this claim's measurement with this run's parameters (repro.provenance)."""
-        return provenance.claim_keys(claim, self.params(claim), self.needs(claim))
+        """The provenance keys of this claim's measurement with this run's parameters and judge thresholds
+        (repro.provenance)."""
+        return provenance.claim_keys(claim, self.params(claim), self.needs(claim), self.thresholds(claim))
+
+    def thresholds(self, name: str) -> dict:
+        """The judge's thresholds of one claim (or the translation benchmark) at this scale: the ``judge:`` part of
+        its section, overrides applied (validated once per run; a copy per call)."""
+        return self._validated(self._thresholds, thresholds, name)
+
+    def thresholds_arg(self, name: str) -> str:
+        """The thresholds as the JSON of ``--thresholds``."""
+        return json.dumps(self.thresholds(name), sort_keys=True)
 
     def measure_keys(self, claim: str) -> str:
         """The keys a measuring job records, as JSON: without the judge's, so that a changed judge never reruns
@@ -91,12 +100,17 @@ class Run:
 
     def artefact_keys(self, job: str) -> dict:
         """The keys of a shared artefact's job (tokenizer, translation_model, lm, translation_evaluate)."""
-        return provenance.artefact_keys(job, self.params("translation"))
+        return provenance.artefact_keys(job, self.params("translation"),
+                                        self.thresholds("translation") if job == "translation_evaluate" else None)
 
     def stamp(self, name: str, kind: str = "measure") -> str:
-        """results/<hw>/<scale>/_keys/<name>.<kind>: holds the key the results of ``name`` must have been made with
-        (kind ``measure``: code, config, software; ``judge``: the judge's code and the published numbers)."""
-        return f"{self.res}/_keys/{name}.{kind}"
+        """.snakemake/repro/keys/<results_dir>/<hw>/<scale>/<name>.<kind> (in the working directory, beside
+        Snakemake's own records): holds the key the results of ``name`` must have been made with (kind ``measure``:
+        code, config, software; ``judge``: the judge's code, the published numbers and the thresholds). Under
+        .snakemake/, so that parsing the workflow (a dry run too) writes nothing under results/ or reports/."""
+        results = Path(self.cfg["results_dir"])
+        where = Path("_abs", *results.parts[1:]) if results.is_absolute() else results
+        return str(Path(".snakemake", "repro", "keys", where, self.hw, self.scale, f"{name}.{kind}"))
 
     def write_stamps(self) -> None:
         """Before the DAG is built: each stamp is rewritten only when the checkout's key differs from the one it
@@ -111,6 +125,8 @@ class Run:
         if (self.basedir / "workflows" / "translation.smk").exists() and self.uses_translation():
             stamps += [(f"{job}.measure", self.stamp(job), self.artefact_keys(job)["measure"])
                        for job in provenance.ARTEFACT_CODE]
+            stamps.append(("translation_evaluate.judge", self.stamp("translation_evaluate", "judge"),
+                           self.artefact_keys("translation_evaluate")["judge"]))
         changed = [name for name, path, key in stamps if Path(path).exists() and provenance.write_stamp(path, key)]
         new = [name for name, path, key in stamps if not Path(path).exists() and provenance.write_stamp(path, key)]
         if changed:
@@ -118,6 +134,23 @@ class Run:
                   f"reruns", file=sys.stderr)
         if new:
             print(f"repro: first keys for {len(new)} jobs of {self.hw}/{self.scale}", file=sys.stderr)
+
+    # ---- the run's own record (results/<hw>/<scale>/run.json)
+    def run_started(self) -> None:
+        self._started = time.time()
+
+    def record_run(self, status: str, targets=None) -> None:
+        """Write run.json for this invocation (Snakefile's onsuccess / onerror); never fails the run."""
+        from repro.report.runtime import write_run_record  # lazy: pandas, for the handlers only
+
+        started = getattr(self, "_started", None)
+        if started is None:
+            return
+        try:
+            write_run_record(self.res, started=started, finished=time.time(), status=status, hardware=self.hw,
+                             scale=self.scale, cores=self.cores, targets=sorted(map(str, targets or [])))
+        except Exception as exc:  # the record is a report: a failure to write it must not turn a run into an error
+            print(f"repro: run.json not written: {exc}", file=sys.stderr)
 
     def workflow_files(self) -> list[str]:
         """The shared-artefact and hardware-comparison rules (workflows/<name>.smk); claims need none of their own."""
@@ -127,12 +160,17 @@ class Run:
     def section(self, name: str) -> dict:
         """Validated parameters of one claim (or shared artefact) at this scale, overrides applied (validated once
         per run; a copy per call)."""
-        if name not in self._sections:
+        return self._validated(self._sections, section, name)
+
+    def _validated(self, cache: dict, read, name: str) -> dict:
+        """``read(name, scale, overrides)`` once per run (a ConfigError stops the workflow naming the key); a copy
+        per call."""
+        if name not in cache:
             try:
-                self._sections[name] = section(name, self.scale, self.cfg["overrides"])
+                cache[name] = read(name, self.scale, self.cfg["overrides"])
             except ConfigError as exc:
                 raise WorkflowError(f"invalid configuration: {exc}") from None
-        return copy.deepcopy(self._sections[name])
+        return copy.deepcopy(cache[name])
 
     def spec(self, claim: str) -> dict:
         """The claim's ``workflow`` section at this scale (threads, resources, sections, needs); read and validated
@@ -205,7 +243,7 @@ class Run:
     def judge_shell(self) -> str:
         """The command of the judging rule: the current judge on the stored measurement."""
         return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --out {self.res}/{{wildcards.claim}} "
-                f"--rejudge --keys {{params.prov:q}} > {{log}} 2>&1")
+                f"--rejudge --thresholds {{params.thresholds:q}} --keys {{params.prov:q}} > {{log}} 2>&1")
 
     def pages(self) -> list[str]:
         """The claim pages of this run, and the shared translation model's page when the run builds it."""

@@ -4,13 +4,14 @@ import torch
 
 from repro import config
 from repro.claims import activation_checkpointing as ac
-from repro.claims.activation_checkpointing import judge, loglog_slope, run
+from repro.claims._cli import judge_rows, run_and_judge
+from repro.claims.activation_checkpointing import loglog_slope, run
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     params = config.section("activation_checkpointing", "tiny")
-    rows, verdict = run(params, "tiny", tmp_path_factory.mktemp("ac"))
+    rows, verdict = run_and_judge("activation_checkpointing", run, params, "tiny", tmp_path_factory.mktemp("ac"))
     return params, rows, verdict
 
 
@@ -82,9 +83,21 @@ def _rows(total=34.06, score=5.0, full=2.0, sel=34.06, sdpa_score=None, slope_sq
     return rows
 
 
-PARAMS = {**config.section("activation_checkpointing", "default"),
-          "tolerance": {"coeff_rel": 0.05, "sqrt_slope": [0.3, 0.7], "none_slope": [0.85, 1.15],
-                        "overhead_abs_pct": 15, "selective_fraction_of_full": 0.5}}
+PARAMS = config.section("activation_checkpointing", "default")
+T = {"coeff_rel": 0.05, "sqrt_slope": [0.3, 0.7], "none_slope": [0.85, 1.15], "overhead_abs_pct": 15,
+     "selective_fraction_of_full": 0.5}
+
+
+def judge(rows, params, scale, load=None, thresholds=None):
+    return judge_rows("activation_checkpointing", rows, scale=scale, params=params, thresholds=thresholds or T,
+                      load=load)
+
+
+def test_a_moved_threshold_changes_the_check_that_names_it():
+    """overhead_abs_pct is the judge's: at 1 point the +40% overhead (one forward = +35%) no longer fits."""
+    v = judge(_rows(over_full=40.0, iqr=2.0), PARAMS, "default", thresholds={**T, "overhead_abs_pct": 1})
+    c = [c for c in v["checks"] if "extra forward" in c["name"]][0]
+    assert c["passed"] is False and c["thresholds"] == {"overhead_abs_pct": 1}
 
 
 def test_judge_reproduced_on_good_rows():

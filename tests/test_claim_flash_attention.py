@@ -5,14 +5,17 @@ import torch
 
 from repro import config
 from repro.bench import kernels
-from repro.claims.flash_attention import judge, loglog_slope, run
+from repro.claims._cli import judge_rows, run_and_judge
+from repro.claims.flash_attention import loglog_slope, run
+
+CLAIM = "flash_attention"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     params = config.section("flash_attention", "tiny")
     out = tmp_path_factory.mktemp("fa")
-    rows, verdict = run(params, "tiny", out)
+    rows, verdict = run_and_judge(CLAIM, run, params, "tiny", out)
     return params, rows, verdict, out
 
 
@@ -39,8 +42,14 @@ def test_loglog_slope():
     assert loglog_slope([512, 1024, 2048], [1, 4, 16]) == pytest.approx(2.0)
 
 
-P = {**config.section("flash_attention", "default"),
-     "tolerance": {"quadratic_exponent": [1.6, 2.2], "linear_exponent": [0.8, 1.2], "speed_fraction_of_paper": 0.5}}
+P = config.section(CLAIM, "default")
+T = {"quadratic_exponent": [1.6, 2.2], "linear_exponent": [0.8, 1.2], "speed_fraction_of_paper": 0.5}
+
+
+def judge(rows, params=P, scale="default", device=None, load=None, thresholds=T):
+    """The claim's judge on ``rows`` with the context a measurement records (``device`` None: an old measurement
+    that did not record it, judged from the rows' evidence)."""
+    return judge_rows(CLAIM, rows, scale=scale, params=params, thresholds=thresholds, device=device, load=load)
 
 
 def _rows(math_exp=(1.95, 1.9), sdpa_exp=(1.0, 1.02), ratios=((512, 3.0), (1024, 5.5)), step=(1.4, 0.1),
@@ -163,3 +172,14 @@ def test_judge_null_data_never_reproduces():
 
 def test_judge_tiny():
     assert judge(_rows(), P, "tiny")["verdict"] == "not_applicable"
+
+
+def test_judge_thresholds_come_from_the_judge_section():
+    """speed_fraction_of_paper is read from the thresholds, never from the measured parameters: at 0.9 the
+    end-to-end 2.0x (against 0.9 x 3.0 = 2.7x) fails and the verdict turns partially; the check names it."""
+    v = judge(_rows(**GOOD), device="cuda", thresholds={**T, "speed_fraction_of_paper": 0.9})
+    assert v["verdict"] == "partially"
+    frac = [c for c in v["checks"] if "paper's speed-up" in c["name"]]
+    assert frac and all(c["thresholds"] == {"speed_fraction_of_paper": 0.9} for c in frac)
+    assert judge(_rows(**GOOD), device="cuda", thresholds=config.thresholds(CLAIM, "default"))["verdict"] == \
+        "reproduced"

@@ -10,10 +10,14 @@ import torch
 
 from repro.artefacts import ArtefactError
 from repro.claims import head_pruning as hp
+from repro.claims._cli import judge_rows, run_and_judge
 from repro.claims._heads import (Head, HardConcreteGates, all_heads, head_importance, pruned_copy, pruning_levels,
                                  set_pruned)
+from repro import config
 from repro.config import section
 from repro.bench.fingerprint import fingerprint
+
+CLAIM = hp.CLAIM
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +43,7 @@ def test_tiny_run(tiny_model, tmp_path):
 
     params = section("head_pruning", "tiny")
     params["model_dir"] = str(tiny_model)
-    rows, verdict = hp.run(params, "tiny", tmp_path)
+    rows, verdict = run_and_judge(CLAIM, hp.run, params, "tiny", tmp_path)
     assert verdict["verdict"] == "not_applicable"
     by = lambda name: [r for r in rows if r["metric"] == name]
     n_heads = len(by("ablation_bleu_delta"))
@@ -288,7 +292,7 @@ def _reference_rows():
 
 def test_judge_leaves_bleu_checks_undecided_below_the_copy_baseline():
     params = section("head_pruning", "default")
-    good = hp.judge(_learned(_rows()), params, "default")
+    good = judge_rows(CLAIM, _learned(_rows()), params=params)
     assert good["gates"][0]["passed"] and good["verdict"] == "reproduced", good["reason"]
     # decided: every BLEU check of the order the scale supports (2 heads per layer: the unnormalised one); the
     # normalised order's checks are a scale artefact and the CPU speed-up a stand-in
@@ -300,12 +304,12 @@ def test_judge_leaves_bleu_checks_undecided_below_the_copy_baseline():
     assert len(decided) == 5 and all(c["passed"] for c in good["checks"] if c["passed"] is not None)
     # below the copy baseline, above it by less than the gate's margin (3 BLEU), and exactly at it (strict)
     for base in (10.0, 13.0, 15.0):
-        v = hp.judge(_learned(_rows(), base=base), params, "default")
+        v = judge_rows(CLAIM, _learned(_rows(), base=base), params=params)
         assert [c["name"] for c in v["checks"] if c["passed"] is not None] == [], base
         assert all("learned to translate" in c["undecided_because"] for c in v["checks"] if c["name"] in decided)
         assert v["verdict"] == "inconclusive" and not v["gates"][0]["passed"], base
     # the gate reads bleu_unpruned, not the curves: a failing curve is not decided below the copy baseline either
-    v = hp.judge(_learned(_rows(curves=(early_loss_curve, early_loss_curve)), base=10.0), params, "default")
+    v = judge_rows(CLAIM, _learned(_rows(curves=(early_loss_curve, early_loss_curve)), base=10.0), params=params)
     assert v["verdict"] == "inconclusive" and not any(c["passed"] is False for c in v["checks"])
 
 
@@ -313,29 +317,32 @@ def test_judge_speedup_is_a_stand_in_on_cpu_and_decided_on_gpu():
     p = section("head_pruning", "default")
     shrinking = ((1, 5.0), (16, 3.0), (64, 2.0))
     for speed in ((1, 1.0), (16, 10.0), (64, 15.0)), shrinking:
-        v = hp.judge(_learned(_rows(speed=speed)), p, "default")
+        v = judge_rows(CLAIM, _learned(_rows(speed=speed)), params=p)
         sp = _check(v, "speed-up")
         assert sp["passed"] is None and "stand-in" in sp["undecided_because"]
         assert v["verdict"] == "reproduced", v["reason"]  # a CPU stand-in decides nothing either way
-    p_gpu = {**p, "device": "cuda"}
-    v = hp.judge(_learned(_rows()), p_gpu, "default")
+    v = judge_rows(CLAIM, _learned(_rows()), params=p, device="cuda")
     assert v["verdict"] == "reproduced" and _check(v, "speed-up")["passed"] is True, v["reason"]
     for speed in (shrinking, ((1, -5.0), (64, -1.0))):  # shrinking; growing but a slow-down at the largest batch
-        v = hp.judge(_learned(_rows(speed=speed)), p_gpu, "default")
+        v = judge_rows(CLAIM, _learned(_rows(speed=speed)), params=p, device="cuda")
         assert v["verdict"] == "partially", (speed, v["reason"])
         assert [c["name"] for c in v["checks"] if c["passed"] is False] == [_check(v, "speed-up")["name"]]
 
 
 def test_judge_minority_needs_a_test_with_power():
     p = section("head_pruning", "default")
-    v = hp.judge(_learned(_rows(sig=0, up=0)), p, "default")
+    v = judge_rows(CLAIM, _learned(_rows(sig=0, up=0)), params=p)
     minority = [c for c in v["checks"] if "minority" in c["name"]][0]
     assert minority["passed"] is None and "power" in minority["undecided_because"]
 
 
 def test_judge_reproduced_and_each_rule_can_fail():
-    p = {**section("head_pruning", "default"), "device": "cuda"}
-    good = hp.judge(_learned(_rows()), p, "default")
+    p = section("head_pruning", "default")
+
+    def judge(rows, scale="default"):  # timed on a GPU: the speed-up check is decided
+        return judge_rows(CLAIM, rows, scale=scale, params=p, device="cuda")
+
+    good = judge(_learned(_rows()))
     assert good["verdict"] == "reproduced", good["reason"]
     assert len(good["checks"]) == 8  # minority, enc-dec, random x 2 orders, prunable x 2 orders, L0, speed-up
     assert [c["name"] for c in good["checks"] if c["passed"] is None] == [
@@ -356,7 +363,7 @@ def test_judge_reproduced_and_each_rule_can_fail():
         "l0 vs control": (_rows(l0_control=(-2.0, 0.0)), "L0"),
     }
     for name, (rows, word) in {**secondary, **headline}.items():
-        v = hp.judge(_learned(rows), p, "default")
+        v = judge(_learned(rows))
         assert v["verdict"] == ("partially" if name in secondary else "not_reproduced"), (name, v["reason"])
         failed = [c["name"] for c in v["checks"] if c["passed"] is False]
         assert len(failed) == 1 and word in failed[0], (name, failed)
@@ -367,41 +374,41 @@ def test_judge_reproduced_and_each_rule_can_fail():
         rows = _rows(curves=(paper_curve, curve))
         assert [r["value"] for r in rows if r["metric"] == "prunable_fraction"
                 and r["sweep"]["order"] == "importance_raw"][0] > 20
-        v = hp.judge(_learned(rows), p, "default")
+        v = judge(_learned(rows))
         pr = _check(v, "unnormalised", "prunes")
         assert pr["passed"] is None and why in pr["undecided_because"] and v["verdict"] == "inconclusive", why
     # no L0 run within Voita's budget (6 of 24 kept > 10/48): the lambdas chose the sparsity, undecided
-    v = hp.judge(_learned(_rows(l0=((6, 24, -0.05, 0.001),))), p, "default")
+    v = judge(_learned(_rows(l0=((6, 24, -0.05, 0.001),))))
     l0 = _check(v, "L0")
     assert l0["passed"] is None and "budget" in l0["undecided_because"] and v["verdict"] == "inconclusive"
-    none = hp.judge(_learned(_rows(sig=20, means=(1.0, 1.0), curves=(early_loss_curve, early_loss_curve),
-                                   l0=((5, 24, -3.0, 0.0),), speed=((1, 5.0), (64, -1.0)),
-                                   ablation=(("encoder_self", (-3.0,)), ("cross", (0.0,))))), p, "default")
+    none = judge(_learned(_rows(sig=20, means=(1.0, 1.0), curves=(early_loss_curve, early_loss_curve),
+                                l0=((5, 24, -3.0, 0.0),), speed=((1, 5.0), (64, -1.0)),
+                                ablation=(("encoder_self", (-3.0,)), ("cross", (0.0,))))))
     assert none["verdict"] == "not_reproduced"
     assert sum(c["passed"] is False for c in none["checks"]) == 6 and not any(c["passed"] for c in none["checks"])
-    assert hp.judge(_rows(), p, "tiny")["verdict"] == "not_applicable"
+    assert judge(_rows(), scale="tiny")["verdict"] == "not_applicable"
     # the order the scale supports is judged, the other is not: with 2 heads per layer the normalised order's
     # failures are a scale artefact (undecided); with 8 (half of Michel's 16) it is judged and the unnormalised
     # order is the undecided diagnostic
     eight = (("encoder_self", (-0.1, 0.2) * 4), ("decoder_self", (-0.5, 0.0) * 4), ("cross", (-2.0, -0.3) * 4))
     normalised_fails = dict(means=(1.0, 20.0), curves=(early_loss_curve, paper_curve))
     raw_fails = dict(means=(20.0, 1.0), curves=(paper_curve, early_loss_curve))
-    assert hp.judge(_learned(_rows(**normalised_fails)), p, "default")["verdict"] == "reproduced"
-    assert hp.judge(_learned(_rows(**raw_fails)), p, "default")["verdict"] == "not_reproduced"
-    v = hp.judge(_learned(_rows(ablation=eight, **raw_fails)), p, "default")
+    assert judge(_learned(_rows(**normalised_fails)))["verdict"] == "reproduced"
+    assert judge(_learned(_rows(**raw_fails)))["verdict"] == "not_reproduced"
+    v = judge(_learned(_rows(ablation=eight, **raw_fails)))
     assert v["verdict"] == "reproduced", v["reason"]
     assert all(c["passed"] is None and "diagnostic" in c["undecided_because"]
                for c in v["checks"] if "unnormalised" in c["name"])
     assert {c["name"] for c in v["checks"] if c["headline"]} == {
         _check(v, "Michel's", "prunes")["name"], _check(v, "L0")["name"]}
-    v = hp.judge(_learned(_rows(ablation=eight, **normalised_fails)), p, "default")
+    v = judge(_learned(_rows(ablation=eight, **normalised_fails)))
     assert v["verdict"] == "not_reproduced"
     assert {c["name"] for c in v["checks"] if c["passed"] is False} == {
         _check(v, "Michel's", "random")["name"], _check(v, "Michel's", "prunes")["name"]}
     # the committed reference's rows, made paper-true / paper-false by tests/controls/head_pruning.py
     ref, controls = _reference_rows()
-    assert hp.judge(controls._true(ref), p, "default")["verdict"] == "reproduced"
-    assert hp.judge(controls.paper_false(ref), p, "default")["verdict"] == "not_reproduced"
+    assert judge(controls._true(ref))["verdict"] == "reproduced"
+    assert judge(controls.paper_false(ref))["verdict"] == "not_reproduced"
 
 
 def test_judge_null_data_never_reproduces():
@@ -411,7 +418,29 @@ def test_judge_null_data_never_reproduces():
     flat = _rows(sig=0, up=0, means=(15.0, 15.0), rnd_mean=(15.0, 15.0, 15.0),
                  curves=(lambda fr: NO_INTERVAL, lambda fr: NO_INTERVAL), l0=((24, 24, 0.0, 1.0),),
                  l0_control=(0.0, 1.0), ablation=(("encoder_self", (0.0, 0.0)), ("cross", (0.0, 0.0))))
-    v = hp.judge(_learned(flat), p, "default")
+    v = judge_rows(CLAIM, _learned(flat), params=p)
     assert v["verdict"] in ("not_reproduced", "inconclusive")
     assert not any(c["passed"] for c in v["checks"] if c["headline"])
-    assert hp.judge(_learned(_rows(), base=12.0), p, "default")["verdict"] == "inconclusive"  # nothing learned
+    assert judge_rows(CLAIM, _learned(_rows(), base=12.0), params=p)["verdict"] == "inconclusive"  # nothing learned
+
+
+def test_judge_reads_its_thresholds_from_the_judge_section():
+    """The judge: keys decide (config/claims/head_pruning.yaml), and the checks name the ones they decide with."""
+    p = section("head_pruning", "default")
+    T = config.thresholds(CLAIM, "default")
+    assert set(T) == {"minority_fraction", "min_bleu_over_copy", "min_accuracy_over_majority",
+                      "normalised_min_heads_fraction"}
+    good = judge_rows(CLAIM, _learned(_rows()), params=p)
+    assert _check(good, "minority")["thresholds"] == {"minority_fraction": T["minority_fraction"]}
+    # 2 of 24 significant (8%): not a minority below 5%
+    v = judge_rows(CLAIM, _learned(_rows()), params=p, thresholds={**T, "minority_fraction": 0.05})
+    assert _check(v, "minority")["passed"] is False and v["verdict"] == "partially", v["reason"]
+    assert _check(v, "minority")["thresholds"] == {"minority_fraction": 0.05}
+    # the unpruned model 18 BLEU above copying the source: a gate asking for 20 leaves every BLEU check undecided
+    v = judge_rows(CLAIM, _learned(_rows()), params=p, thresholds={**T, "min_bleu_over_copy": 20.0})
+    assert not v["gates"][0]["passed"] and v["verdict"] == "inconclusive"
+    # 2 heads per layer support Michel's normalised order once 1/8 of his 16 is enough: it is judged then
+    v = judge_rows(CLAIM, _learned(_rows()), params=p, thresholds={**T, "normalised_min_heads_fraction": 0.125})
+    assert _check(v, "Michel's", "prunes")["headline"] and _check(v, "Michel's", "prunes")["passed"] is True
+    assert "diagnostic" in _check(v, "unnormalised", "prunes")["undecided_because"]
+    assert _check(v, "Michel's", "prunes")["thresholds"] == {"normalised_min_heads_fraction": 0.125}

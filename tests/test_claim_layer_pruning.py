@@ -10,6 +10,7 @@ from repro.artefacts import ArtefactError
 from repro import config
 from repro.io import metric
 from repro.claims import layer_pruning as lp
+from repro.claims._cli import judge_rows, run_and_judge
 from repro.bench.fingerprint import fingerprint
 from repro.verdicts import Rows
 
@@ -98,7 +99,7 @@ def test_tiny_run(tiny_models):
     out = tiny_models / "layer_pruning"
     out.mkdir()
     params = config.section(C, "tiny")
-    rows, verdict = lp.run(params, "tiny", out)
+    rows, verdict = run_and_judge(C, lp.run, params, "tiny", out)
     assert verdict["verdict"] == "not_applicable"
     by = lambda m, **kw: Rows(rows).metric(m).where(**kw)  # noqa: E731
     assert [int(r["value"]) for r in by("n_layers")] == [3, 2, 3]
@@ -154,7 +155,6 @@ def _rows(lm_ppl, bleu_dec, heal_nll, lm_bi=(0.4, 0.2, 0.1, 0.15), argmin=(2, 1,
         rows.append(metric(C, "valid_nll", v, stack="lm", rule="none" if n == 0 else "angular", n_removed=n,
                            fraction=n / 4, healed=True))
     params = config.section(C, "default")
-    params["collapse"]["max_resolution_percent"] = 25.0  # place a collapse in the band with 4 layers
     for s, curve, hib in (("lm", lm_ppl, False), ("decoder", bleu_dec, True)):
         table = [{"rule": "none", "healed": False, "n_removed": 0, ("valid_ppl" if s == "lm" else "bleu"): curve[0]}]
         for rule in params["rules"]:
@@ -165,10 +165,19 @@ def _rows(lm_ppl, bleu_dec, heal_nll, lm_bi=(0.4, 0.2, 0.1, 0.15), argmin=(2, 1,
     return rows, params
 
 
+# the default judge: section with a coarser resolution, to place a collapse in the band with 4 layers
+T4 = {**config.thresholds(C, "default"), "max_resolution_percent": 25.0}
+
+
+def _judge(rows, params, scale="default", **thresholds):
+    """The verdict of ``rows`` measured with ``params``, judged with :data:`T4` (``thresholds`` changed)."""
+    return judge_rows(C, rows, scale=scale, params=params, thresholds={**T4, **thresholds})
+
+
 def test_judge_flips():
     late_ppl = [20.0, 24.0, 30.0, 38.0, 500.0]  # perplexity doubles only with all 4 layers gone: 100%
     rows, params = _rows(late_ppl, [20.0, 12.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1})
-    v = lp.judge(rows, params, "default")
+    v = _judge(rows, params)
     names = {c["name"]: c["passed"] for c in v["checks"]}
     assert names["lm: Gromov's argmin block keeps the last layer"] is True
     assert names["lm: the least influential layers (BI) are deep"] is True
@@ -182,13 +191,13 @@ def test_judge_flips():
     assert v["verdict"] == "partially"
     # a collapse at 50% instead passes; a deep last-layer argmin, shallow BI, or a worse-than-random rule fail
     rows2, _ = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1})
-    n2 = {c["name"]: c["passed"] for c in lp.judge(rows2, params, "default")["checks"]}
+    n2 = {c["name"]: c["passed"] for c in _judge(rows2, params)["checks"]}
     assert n2["lm: collapse point (angular rule, no healing) in the published band"] is True
     assert n2["decoder: BLEU collapses with ~27% of layers removed by BI (no healing)"] is True
-    assert lp.judge(rows2, params, "default")["verdict"] == "reproduced"
+    assert _judge(rows2, params)["verdict"] == "reproduced"
     rows3, _ = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 6.5},
                      lm_bi=(0.1, 0.2, 0.4, 0.5), argmin=(3, 2, 1))
-    n3 = {c["name"]: c["passed"] for c in lp.judge(rows3, params, "default")["checks"]}
+    n3 = {c["name"]: c["passed"] for c in _judge(rows3, params)["checks"]}
     assert n3["lm: Gromov's argmin block keeps the last layer"] is False
     assert n3["lm: the least influential layers (BI) are deep"] is False
     assert n3["lm/angular: healed loss grows more smoothly than the unhealed loss"] is None  # an observation
@@ -196,7 +205,7 @@ def test_judge_flips():
     for r in worse:
         if r["metric"] == "valid_ppl" and r["sweep"].get("rule") in ("bi", "angular"):
             r["value"] *= 10
-    n4 = {c["name"]: c["passed"] for c in lp.judge(worse, params, "default")["checks"]}
+    n4 = {c["name"]: c["passed"] for c in _judge(worse, params)["checks"]}
     assert n4["similarity-based rules prune better than random"] is False
     tie = copy.deepcopy(rows2)  # the rules exactly as good as the random draw: a tie is no evidence
     rnd = {(r["metric"], r["sweep"]["stack"], r["sweep"]["n_removed"]): r["value"] for r in tie
@@ -204,11 +213,11 @@ def test_judge_flips():
     for r in tie:
         if r["metric"] in ("valid_ppl", "bleu") and r["sweep"].get("rule") in ("bi", "angular"):
             r["value"] = rnd[(r["metric"], r["sweep"]["stack"], r["sweep"]["n_removed"])]
-    n5 = {c["name"]: c["passed"] for c in lp.judge(tie, params, "default")["checks"]}
+    n5 = {c["name"]: c["passed"] for c in _judge(tie, params)["checks"]}
     assert n5["similarity-based rules prune better than random"] is False
-    assert lp.judge(rows2, params, "tiny")["verdict"] == "not_applicable"
+    assert _judge(rows2, params, "tiny")["verdict"] == "not_applicable"
     # headline: the least influential layers are shallow -> not reproduced
-    assert lp.judge(rows3, params, "default")["verdict"] == "not_reproduced"
+    assert _judge(rows3, params)["verdict"] == "not_reproduced"
 
 
 @pytest.mark.parametrize("unigram", [25.0, None])
@@ -216,7 +225,7 @@ def test_lm_checks_need_an_lm_that_learned(unigram):
     """An LM barely below (or without) its unigram baseline decides none of its checks: the headline is undecided."""
     rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1},
                          unigram=unigram)
-    v = lp.judge(rows, params, "default")
+    v = _judge(rows, params)
     lm = [c for c in v["checks"] if c["name"].startswith("lm")]
     assert lm and all(c["passed"] is None for c in lm)
     assert all("lm: the unpruned LM learned" in c["undecided_because"] for c in lm if "observation" not in
@@ -226,20 +235,21 @@ def test_lm_checks_need_an_lm_that_learned(unigram):
     # the same rows with the LM's depth structure reversed still cannot fail on an LM that learned nothing
     rev, _ = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1},
                    lm_bi=(0.1, 0.2, 0.4, 0.5), argmin=(3, 2, 1), unigram=unigram)
-    assert lp.judge(rev, params, "default")["verdict"] == "inconclusive"
+    assert _judge(rev, params)["verdict"] == "inconclusive"
 
 
 def test_band_check_needs_enough_layers():
     rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1})
-    params["collapse"]["max_resolution_percent"] = 12.5  # the default: 8+ layers to place a 20-55% band
-    band = [c for c in lp.judge(rows, params, "default")["checks"] if "published band" in c["name"]]
+    # the default (12.5): 8+ layers to place a 20-55% band
+    band = [c for c in _judge(rows, params, max_resolution_percent=12.5)["checks"] if "published band" in c["name"]]
     assert band and all(c["passed"] is None and "too few layers" in c["undecided_because"] for c in band)
+    assert all(c["thresholds"] == {"max_resolution_percent": 12.5} for c in band)
 
 
 def test_healing_is_judged_against_the_control_fine_tune():
     """Healed pruned NLL below the unhealed one, but no closer to the equally fine-tuned control: not healed."""
     rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 1.0, 1: 3.1, 2: 3.9, 3: 4.1})
-    heal = [c for c in lp.judge(rows, params, "default")["checks"] if c["name"].startswith("healing")][0]
+    heal = [c for c in _judge(rows, params)["checks"] if c["name"].startswith("healing")][0]
     assert heal["passed"] is False
 
 
@@ -250,7 +260,7 @@ def test_judge_null_data_never_reproduces():
     for r in rows:
         if r["metric"] in ("valid_ppl", "bleu") and r["sweep"].get("rule") in ("bi", "angular"):
             r["value"] = r["value"] * (1.1 if r["metric"] == "valid_ppl" else 0.9)
-    assert lp.judge(rows, params, "default")["verdict"] in ("not_reproduced", "inconclusive")
+    assert _judge(rows, params)["verdict"] in ("not_reproduced", "inconclusive")
 
 
 def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
@@ -270,7 +280,7 @@ def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
                           control=False)
     out = tmp_path / "layer_pruning"
     out.mkdir()
-    rows, verdict = lp.run(params, "paper", out)
+    rows, verdict = run_and_judge(C, lp.run, params, "paper", out)
     assert (out / "imported_model" / "checkpoint_last.pt").exists()
     assert [int(r["value"]) for r in Rows(rows).metric("n_layers")] == [3, 2]
     assert len(Rows(rows).metric("bleu").where(stack="encoder", healed=False)) == 1 + 4 * 3
@@ -281,9 +291,9 @@ def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
 def test_bleu_checks_undecided_for_a_model_below_the_copy_baseline():
     rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 2.9, 1: 2.95, 2: 3.0, 3: 3.1})
     beaten = rows + [metric(C, "bleu_copy_baseline", 18.0, "BLEU", stack="translation", test_set="subset")]
-    n = {c["name"]: c["passed"] for c in lp.judge(beaten, params, "default")["checks"]}
+    n = {c["name"]: c["passed"] for c in _judge(beaten, params)["checks"]}
     assert n["decoder: collapse point (angular rule, no healing) in the published band"] is None
     assert n["decoder: BLEU collapses with ~27% of layers removed by BI (no healing)"] is None
     fine = rows + [metric(C, "bleu_copy_baseline", 5.0, "BLEU", stack="translation", test_set="subset")]
-    n = {c["name"]: c["passed"] for c in lp.judge(fine, params, "default")["checks"]}
+    n = {c["name"]: c["passed"] for c in _judge(fine, params)["checks"]}
     assert n["decoder: collapse point (angular rule, no healing) in the published band"] is True

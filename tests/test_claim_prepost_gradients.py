@@ -8,6 +8,7 @@ import torch
 from repro import config
 from repro.io import metric
 from repro.claims import prepost_gradients as pg
+from repro.claims._cli import judge_rows, run_and_judge
 
 CLAIM = pg.CLAIM
 
@@ -16,7 +17,7 @@ CLAIM = pg.CLAIM
 def tiny(tmp_path_factory):
     params = config.section(CLAIM, "tiny")
     out = tmp_path_factory.mktemp("prepost")
-    rows, verdict = pg.run(params, "tiny", out)
+    rows, verdict = run_and_judge(CLAIM, pg.run, params, "tiny", out)
     return params, rows, verdict, out
 
 
@@ -86,10 +87,12 @@ def test_missing_data_bin_names_the_key(tmp_path):
 
 def test_bad_config_key_is_named():
     params = config.section(CLAIM, "tiny")
-    params["checks"]["typo_key"] = 1
+    params["model"]["typo_key"] = 1
     schema = config._schema(CLAIM)
     with pytest.raises(config.ConfigError, match="typo_key"):
         config.validate(params, schema, "prepost_gradients.yaml [tiny]")
+    with pytest.raises(config.ConfigError, match="typo_threshold"):
+        config.validate_thresholds(CLAIM, "tiny", {**config.thresholds(CLAIM, "tiny"), "typo_threshold": 1})
 
 
 # ------------------------------------------------------------------------------------------------ judge
@@ -111,27 +114,31 @@ def _rows(post_slope=0.25, pre_slope=-0.05, post_exp=-0.05, pre_exp=-0.5, ratio_
     return rows
 
 
-PARAMS = {**config.section(CLAIM, "default"), "norms": ["layernorm", "rmsnorm"],
-          "checks": {"grow_slope_min": 0.1, "flat_ratio_max": 0.5, "flat_depth_exponent_max": 0.15,
-                     "exponent_tolerance": 0.15, "lemma2_rel_tol": 0.03}}
+PARAMS = {**config.section(CLAIM, "default"), "norms": ["layernorm", "rmsnorm"]}
+THRESHOLDS = {"grow_slope_min": 0.1, "flat_ratio_max": 0.5, "flat_depth_exponent_max": 0.15,
+              "exponent_tolerance": 0.15, "lemma2_rel_tol": 0.03}
+
+
+def _judge(rows, scale="default"):
+    return judge_rows(CLAIM, rows, scale=scale, params=PARAMS, thresholds=THRESHOLDS)
 
 
 def test_judge_reproduced_on_paper_like_rows():
-    v = pg.judge(_rows(), PARAMS, "default")
+    v = _judge(_rows())
     assert v["verdict"] == "reproduced", v["reason"]
     assert any(r["aspect"] == "data" and "IWSLT14" in r["paper"] for r in v["setup"])
-    assert pg.judge(_rows(), PARAMS, "tiny")["verdict"] == "not_applicable"
+    assert _judge(_rows(), "tiny")["verdict"] == "not_applicable"
 
 
 @pytest.mark.parametrize("bad", [dict(post_slope=0.02), dict(ratio_exp=-0.1)])
 def test_judge_headline_fails(bad):
-    assert pg.judge(_rows(**bad), PARAMS, "default")["verdict"] == "not_reproduced"
+    assert _judge(_rows(**bad))["verdict"] == "not_reproduced"
 
 
 @pytest.mark.parametrize("bad", [dict(pre_slope=0.2), dict(post_exp=-0.4), dict(pre_exp=0.1), dict(thm_ratio=-1.0),
                                  dict(post5=1.0), dict(pre_scale=2.0), dict(enc_post_slope=0.0)])
 def test_judge_flags_each_wrong_result(bad):
-    v = pg.judge(_rows(**bad), PARAMS, "default")
+    v = _judge(_rows(**bad))
     assert v["verdict"] in ("partially", "not_reproduced"), (bad, v["reason"])
     assert any(c["passed"] is False for c in v["checks"])
 
@@ -139,16 +146,16 @@ def test_judge_flags_each_wrong_result(bad):
 def test_judge_decides_by_the_interval_not_the_point_estimate():
     """A ratio exponent of -0.62 with a wide spread straddles the band's edge (-0.65): undecided, inconclusive;
     the same mean with a narrow spread holds."""
-    wide = pg.judge(_rows(ratio_exp=-0.62, spread=0.2), PARAMS, "default")
+    wide = _judge(_rows(ratio_exp=-0.62, spread=0.2))
     assert wide["verdict"] == "inconclusive" and "interval" in wide["reason"]
-    narrow = pg.judge(_rows(ratio_exp=-0.62, spread=0.01, n=10), PARAMS, "default")
+    narrow = _judge(_rows(ratio_exp=-0.62, spread=0.01, n=10))
     assert narrow["verdict"] == "reproduced"
-    one_seed = pg.judge(_rows(n=1), PARAMS, "default")  # a single seed cannot decide a threshold
+    one_seed = _judge(_rows(n=1))  # a single seed cannot decide a threshold
     assert one_seed["verdict"] == "inconclusive"
 
 
 def test_judge_null_data_never_reproduces():
     """Identical Post and Pre (no growth, no depth dependence): never reproduced."""
-    v = pg.judge(_rows(post_slope=0.0, pre_slope=0.0, enc_post_slope=0.0, post_exp=0.0, pre_exp=0.0, ratio_exp=0.0,
-                       thm_ratio=0.0), PARAMS, "default")
+    v = _judge(_rows(post_slope=0.0, pre_slope=0.0, enc_post_slope=0.0, post_exp=0.0, pre_exp=0.0, ratio_exp=0.0,
+                     thm_ratio=0.0))
     assert v["verdict"] in ("not_reproduced", "inconclusive")

@@ -14,6 +14,7 @@ from repro.artefacts import ArtefactError
 from repro import config
 from repro.io import metric
 from repro.claims import quantization as qz
+from repro.claims._cli import judge_rows, run_and_judge
 
 C = qz.CLAIM
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ def test_tiny_run(tiny_models):
     out = tiny_models / "quantization"
     out.mkdir(exist_ok=True)
     params = config.section(C, "tiny")
-    rows, verdict = qz.run(params, "tiny", out)
+    rows, verdict = run_and_judge(C, qz.run, params, "tiny", out)
     assert verdict["verdict"] == "not_applicable"
     meths = qz.methods(params)
     for m in ("lm", "translation"):
@@ -98,9 +99,7 @@ def test_unigram_baseline():
 
 # ------------------------------------------------------------------------------------------------ judge
 PARAMS = {"int8": {"threshold": 6.0}, "eval": {"valid_sentences": 400},
-          "calibration": {"sentences": 256, "seeds": [0, 1, 2]},
-          "checks": {"lm_gate_ratio": 0.5, "int8_ppl_tol": 0.01, "int8_bytes_max": 0.55, "gptq4_ppl_tol": 0.05,
-                     "layer_win_min": 0.9}}
+          "calibration": {"sentences": 256, "seeds": [0, 1, 2]}}
 
 
 def _rows(fp=40.0, llm=40.01, absmax=41.0, vw=40.01, rtn4=44.0, rtn3=80.0, gptq4=(41.0, 41.05, 40.98),
@@ -124,8 +123,9 @@ def _rows(fp=40.0, llm=40.01, absmax=41.0, vw=40.01, rtn4=44.0, rtn3=80.0, gptq4
     return r
 
 
-def _status(rows):
-    return qz.judge(rows, PARAMS, "default")
+def _status(rows, **thresholds):
+    """The verdict with the default scale's judge: section, ``thresholds`` changed."""
+    return judge_rows(C, rows, params=PARAMS, thresholds={**config.thresholds(C, "default"), **thresholds})
 
 
 def _named(v, start):
@@ -147,6 +147,9 @@ def test_judge_reproduced_and_flips():
     assert v["verdict"] == "inconclusive" and "calibration seeds" in v["reason"]
     # secondary failures: partially
     assert _status(_rows(bytes_=0.7))["verdict"] == "partially"
+    # the same 0.52 x fp16 bytes fail a tighter int8_bytes_max (the judge: section is read at judging time)
+    v = _status(_rows(), int8_bytes_max=0.5)
+    assert v["verdict"] == "partially" and _named(v, "LLM.int8() weights")["thresholds"] == {"int8_bytes_max": 0.5}
     # with no outlier dimension, the 8-bit share holds by construction: not applicable, never a pass
     assert _named(_status(_rows(frac=99.0)), "more than 99.9%")["passed"] is None
     # GPTQ's layer error is scored on its own calibration inputs: in-sample, undecided however it compares
@@ -162,7 +165,19 @@ def test_judge_gates_on_a_model_that_did_not_learn():
     assert v["verdict"] == "inconclusive"
     assert v["gates"] and v["gates"][0]["passed"] is False
     assert all(c["passed"] is None for c in v["checks"] if c["headline"])
-    assert qz.judge(_rows(), PARAMS, "tiny")["verdict"] == "not_applicable"
+    assert judge_rows(C, _rows(), scale="tiny", params=PARAMS)["verdict"] == "not_applicable"
+
+
+def test_translation_gate_margin():
+    """The translation model's gate: fp32 BLEU more than ``bleu_gate_margin`` above the copy baseline."""
+    rows = _rows()
+    tr = [{**r, "sweep": {**r["sweep"], "model": "translation"}} for r in rows]
+    tr += [metric(C, "copy_bleu", 10.0, "BLEU", model="translation"),
+           metric(C, "bleu", 15.0, "BLEU", model="translation", method="fp32")]
+    gate = lambda v: next(g for g in v["gates"] if g["name"].startswith("translation: the fp32 model translates"))  # noqa: E731
+    assert gate(_status(rows + tr))["passed"] is True
+    v = _status(rows + tr, bleu_gate_margin=6.0)
+    assert gate(v)["passed"] is False and v["verdict"] == "inconclusive"
 
 
 def test_snakemake_claim_quantization_tiny(tiny_models, tmp_path):

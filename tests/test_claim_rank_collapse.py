@@ -1,6 +1,8 @@
 """C9 rank_collapse (Dong et al. 2021; Noci et al. 2022): the tiny run, the residual measures and fits, the verdict
 rule on constructed rows, null data (nothing collapses, identical variants, pure noise) and a small real run."""
 import copy
+import shutil
+from pathlib import Path
 import math
 
 import numpy as np
@@ -10,6 +12,7 @@ import torch
 from repro import config
 from repro.io import metric
 from repro.claims import rank_collapse as rc
+from repro.claims._cli import judge_rows, run_and_judge
 
 CLAIM = rc.CLAIM
 
@@ -17,7 +20,7 @@ CLAIM = rc.CLAIM
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     params = config.section(CLAIM, "tiny")
-    rows, verdict = rc.run(params, "tiny", tmp_path_factory.mktemp("rank"))
+    rows, verdict = run_and_judge(CLAIM, rc.run, params, "tiny", tmp_path_factory.mktemp("rank"))
     return params, rows, verdict
 
 
@@ -161,7 +164,7 @@ def _noci_rows(plain=-0.8, scaled=-0.05, rise_plain=0.6, rise_scaled=0.01, sprea
 def _judge(curves, noci=None):
     rows = _curve_rows(curves)
     rows += rc.residual_summary(rows, PARAMS)
-    return rc.judge(rows + (noci if noci is not None else _noci_rows()), PARAMS, "default")
+    return judge_rows(CLAIM, rows + (noci if noci is not None else _noci_rows()), params=PARAMS)
 
 
 def test_judge_reproduced_on_paper_like_rows():
@@ -237,7 +240,7 @@ def test_small_real_run_reproduces(tmp_path):
     p = copy.deepcopy(PARAMS)
     p["dong"].update(d_model=32, n_heads=4, d_ff=64, n_tokens=16, batch=2, depth=8)
     p["noci"].update(d_model=32, n_heads=4, d_ff=64, n_tokens=16, batch=2, depths=[2, 16], classes=16)
-    rows, v = rc.run(p, "default", tmp_path)
+    rows, v = run_and_judge(CLAIM, rc.run, p, "default", tmp_path)
     assert v["verdict"] == "reproduced", v["reason"]
     exps = {(r["sweep"]["init"], r["sweep"]["variant"]): r["value"] for r in rows
             if r["metric"] == "per_layer_exponent"}
@@ -251,7 +254,7 @@ def test_old_measurements_are_refused_not_rejudged():
     """Rows of the relative-residual measurement (before issue 12) cannot be judged by the residual-ratio rule."""
     old = [metric(CLAIM, "final_relative_residual", 0.2, variant="attention_skip", depth=12)]
     with pytest.raises(ValueError, match="predate the residual-ratio measurement"):
-        rc.judge(old, PARAMS, "default")
+        judge_rows(CLAIM, old, params=PARAMS)
 
 
 def test_rejudge_reproduces_the_stored_verdict(tmp_path):
@@ -266,3 +269,26 @@ def test_rejudge_reproduces_the_stored_verdict(tmp_path):
     after = json.loads((out / "verdict.json").read_text())
     assert after["verdict"] == before["verdict"] and after["checks"] == before["checks"]
     assert after["rejudged"]["previous_verdict"] == before["verdict"]
+
+
+def test_a_threshold_changed_in_the_config_rejudges_with_the_new_value(tmp_path, monkeypatch):
+    """The judge: section is read at judging time (never the values stored with the measurement): --rejudge with a
+    cubic_tolerance of 0.001 turns the verdict away from the one given at 0.5 and records 0.001."""
+    import json
+    from repro.claims._cli import main
+
+    folder = Path(__file__).resolve().parents[1] / "references/results/cpu-amd-epyc-2c/default/rank_collapse"
+    out = tmp_path / "rank"
+    shutil.copytree(folder, out)
+    for f in out.iterdir():
+        f.chmod(0o644)
+    assert main(CLAIM, rc.run, ["--scale", "default", "--out", str(out), "--rejudge"]) == 0
+    before = json.loads((out / "verdict.json").read_text())
+    tight = {**config.thresholds(CLAIM, "default"), "cubic_tolerance": 0.001}
+    assert main(CLAIM, rc.run, ["--scale", "default", "--out", str(out), "--rejudge",
+                                "--thresholds", json.dumps(tight)]) == 0
+    after = json.loads((out / "verdict.json").read_text())
+    assert before["verdict"] == "reproduced" and after["verdict"] == "not_reproduced", after["reason"][:300]
+    assert after["thresholds"]["cubic_tolerance"] == 0.001
+    head = [c for c in after["checks"] if c["headline"]][0]
+    assert head["thresholds"]["cubic_tolerance"] == 0.001

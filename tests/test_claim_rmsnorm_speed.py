@@ -3,14 +3,17 @@ import pytest
 import torch
 
 from repro import config, registry
-from repro.claims.rmsnorm_speed import judge, run
+from repro.claims._cli import judge_rows, run_and_judge
+from repro.claims.rmsnorm_speed import run
+
+CLAIM = "rmsnorm_speed"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     params = config.section("rmsnorm_speed", "tiny")
     out = tmp_path_factory.mktemp("rms")
-    rows, verdict = run(params, "tiny", out)
+    rows, verdict = run_and_judge(CLAIM, run, params, "tiny", out)
     return params, rows, verdict, out
 
 
@@ -46,7 +49,13 @@ def _rows(op_torch=(1.5, 3.0), op_eager=(0.6, 0.7), model_torch=(1.2, 0.05), mod
     return rows
 
 
-P = {**config.section("rmsnorm_speed", "default"), "ratio_margin": 0.0}
+P = config.section(CLAIM, "default")
+
+
+def judge(rows, params=P, scale="default", load=None):
+    """The claim's judge on ``rows`` at ``scale`` (the judge: section of the config, empty: the floor is the
+    registry's), with the machine's ``load`` as a measurement records it."""
+    return judge_rows(CLAIM, rows, scale=scale, params=params, load=load)
 
 
 FLOOR = registry.published("rmsnorm_speed", "reduction_range")["value"][0]  # 7%: the time ratio must be < 0.93
@@ -85,9 +94,11 @@ def test_judge_all_faster_is_reproduced_and_slower_flips():
     # below the floor: 0.953..0.973 -> a 2.7%..4.7% reduction (faster, but not by the paper's 7%)
     v = judge(_rows(model_manual=(0.963, 0.02)), P, "default")
     assert v["verdict"] == "not_reproduced" and _head(v)[0]["passed"] is False
-    # ratio_margin is not used: a loose margin no longer lets that ~3.7% reduction pass
-    assert judge(_rows(model_manual=(0.963, 0.02)), {**P, "ratio_margin": 0.03}, "default")["verdict"] == \
-        "not_reproduced"
+    # no config value moves the floor: ratio_margin (once declared, never read) is gone from the schema
+    with pytest.raises(config.ConfigError, match="ratio_margin"):
+        config.validate({**P, "ratio_margin": 0.03}, config._schema(CLAIM), "rmsnorm_speed.yaml [default]")
+    with pytest.raises(config.ConfigError, match="ratio_margin"):
+        config.validate_thresholds(CLAIM, "default", {"ratio_margin": 0.03})
     # RMSNorm slower than LayerNorm
     assert judge(_rows(model_manual=(1.1, 0.02)), P, "default")["verdict"] == "not_reproduced"
     # straddling the floor: 0.91..0.95 -> undecided, inconclusive, the busy machine named in the reason

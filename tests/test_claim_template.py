@@ -33,7 +33,7 @@ def test_a_claim_from_the_template_runs_through_snakemake(tmp_path):
                         "RMSNorm output has RMS 1", "--root", str(repo)], cwd=repo, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     changed = [l for l in r.stderr.splitlines() if l.startswith("wrote ")]
-    assert len(changed) == 6  # module, config, schema, test, controls, registry: nothing else to touch
+    assert len(changed) == 7  # measurement, judge, config, schema, test, controls, registry: nothing else to touch
     assert set(p.name for p in (repo / "workflows").iterdir()) == before
     env = {"PYTHONPATH": str(repo), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_claim_example_rms.py"],
@@ -47,13 +47,27 @@ def test_a_claim_from_the_template_runs_through_snakemake(tmp_path):
         v = json.loads((repo / f"results/test-hw/{scale}/example_rms/verdict.json").read_text())
         assert v["hardware"] == "test-hw"
         assert v["verdict"] == ("not_applicable" if scale == "tiny" else "reproduced"), v["reason"]
+        assert v["thresholds"] == {"tolerance": 0.01}
         assert (repo / f"reports/test-hw/{scale}/example_rms.md").is_file()
     # its negative control, on the default run's own rows, is not reproduced (what test_judge_contract requires)
     probe = ("import sys, json, math; sys.path.insert(0, 'tests'); from controls import example_rms as c; "
              "from repro.io import read_metrics; from repro import config; "
-             "from repro.claims.example_rms import judge; "
+             "from repro.claims._cli import judge_rows; "
              "rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} "
              "for r in read_metrics('results/test-hw/default/example_rms').to_dict('records')]; "
-             "print(judge(c.paper_false(rows), config.section('example_rms', 'default'), 'default')['verdict'])")
+             "print(judge_rows('example_rms', c.paper_false(rows))['verdict'])")
     p = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0 and p.stdout.split()[-1] == "not_reproduced", p.stdout[-2000:] + p.stderr[-2000:]
+    # a threshold changed in the config re-judges without measuring again (issue 36)
+    cfg = repo / "config/claims/example_rms.yaml"
+    cfg.write_text(cfg.read_text().replace("judge: {tolerance: 0.01}", "judge: {tolerance: 1.0e-9}"))
+    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "claim_example_rms", "--cores", "1", "--config",
+                          "hardware=test-hw"], cwd=repo, capture_output=True, text=True, env=env, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    planned = dry.stdout + dry.stderr
+    assert "claim_verdict" in planned and "\nclaim " not in planned and "rule claim:" not in planned, planned[-3000:]
+    s = subprocess.run([sys.executable, "-m", "snakemake", "claim_example_rms", "--cores", "1", "--config",
+                        "hardware=test-hw"], cwd=repo, capture_output=True, text=True, env=env, timeout=300)
+    assert s.returncode == 0, s.stdout[-3000:] + s.stderr[-3000:]
+    v = json.loads((repo / "results/test-hw/default/example_rms/verdict.json").read_text())
+    assert v["thresholds"] == {"tolerance": 1e-9} and v["verdict"] != "reproduced", v["reason"]

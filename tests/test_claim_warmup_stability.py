@@ -11,6 +11,7 @@ import torch
 from repro import config
 from repro.io import metric
 from repro.claims import warmup_stability as ws
+from repro.claims._cli import judge_rows, run_and_judge
 from repro.bench.fingerprint import fingerprint
 
 
@@ -18,7 +19,7 @@ from repro.bench.fingerprint import fingerprint
 def tiny_run(tmp_path_factory):
     p = config.section("warmup_stability", "tiny")
     out = tmp_path_factory.mktemp("ws")
-    rows, verdict = ws.run(p, "tiny", out)
+    rows, verdict = run_and_judge("warmup_stability", ws.run, p, "tiny", out)
     return p, out, rows, verdict
 
 
@@ -96,10 +97,21 @@ P = {"model": {"n_encoder_layers": 6, "block": {"d_model": 64, "d_ff": 256, "n_h
      "lrs": [0.0005, 0.001], "warmup_steps": 100, "training": {"max_len": 48, "max_tokens": 1024, "max_steps": 400,
                                                                "betas": [0.9, 0.98]},
      "scalenorm_fixnorm": {"enabled": True, "lrs": [0.0005, 0.001]}, "eval": {"test_sentences": 100},
-     "depth": {"layers": [2, 4], "lr": 0.001},
-     "verdict": {"pre_tolerance_nats": 0.25, "post_gap_nats": 0.5, "fail_margin_nats": 1.0, "gate_nats": 1.0,
-                 "gate_bleu": 0.0}}
+     "depth": {"layers": [2, 4], "lr": 0.001}}
+T = {"pre_tolerance_nats": 0.25, "post_gap_nats": 0.5, "fail_margin_nats": 1.0, "gate_nats": 1.0, "gate_bleu": 0.0}
 COPY_BLEU = 9.0
+
+
+def _judge(rows, params, scale, thresholds=None):
+    return judge_rows("warmup_stability", rows, scale=scale, params=params, thresholds=thresholds or T)
+
+
+def test_a_moved_threshold_changes_the_check_that_names_it():
+    """post_gap_nats belongs to the judge: at 100 nats no paper-like gap is 'clearly worse', and the headline names
+    the value it was decided with."""
+    v = _judge(_rows(_paper_like()), P, "default", thresholds={**T, "post_gap_nats": 100.0})
+    c = _by_name(v)["Post-LN needs warm-up at lr 0.001"]
+    assert c["passed"] is False and c["thresholds"] == {"post_gap_nats": 100.0}
 
 
 def _rows(nll: dict, diverged=(), noise=0.02, seed=0, bleu=None) -> list[dict]:
@@ -149,7 +161,7 @@ def _by_name(v) -> dict:
 
 
 def test_judge_reproduced_on_paper_like_numbers():
-    v = ws.judge(_rows(_paper_like()), P, "default")
+    v = _judge(_rows(_paper_like()), P, "default")
     assert v["verdict"] == "reproduced", v["reason"]
     heads = [c["name"] for c in v["checks"] if c["headline"]]
     assert heads == ["Post-LN needs warm-up at lr 0.001", "Pre-LN trains without warm-up at lr 0.001"]
@@ -165,7 +177,7 @@ def test_judge_reproduced_on_paper_like_numbers():
 
 def test_judge_diverged_post_ln_counts_as_failure():
     rows = _rows(_paper_like(), diverged={"post_layernorm_L6_0.001_0"})
-    v = ws.judge(rows, P, "default")
+    v = _judge(rows, P, "default")
     assert v["verdict"] == "reproduced", v["reason"]
     assert "3/3 diverged" in _by_name(v)["Post-LN needs warm-up at lr 0.001"]["measured"]
 
@@ -175,7 +187,7 @@ def test_judge_fails_when_post_ln_trains_fine_without_warmup():
     for k in list(nll):  # Post-LN as good as Pre-LN everywhere: no instability at this scale
         if k[1] == "post":
             nll[k] = nll.get(("layernorm", "pre", k[2], k[3], k[4]), 3.0)
-    v = ws.judge(_rows(nll), P, "default")
+    v = _judge(_rows(nll), P, "default")
     assert v["verdict"] == "not_reproduced", v["reason"]
     c = _by_name(v)
     assert c["Post-LN needs warm-up at lr 0.001"]["passed"] is False
@@ -185,13 +197,13 @@ def test_judge_fails_when_post_ln_trains_fine_without_warmup():
 def test_judge_fails_when_pre_ln_needs_warmup():
     nll = _paper_like()
     nll[("layernorm", "pre", 6, 0.001, 0)] = 4.0
-    v = ws.judge(_rows(nll), P, "default")
+    v = _judge(_rows(nll), P, "default")
     assert _by_name(v)["Pre-LN trains without warm-up at lr 0.001"]["passed"] is False
     assert v["verdict"] == "not_reproduced"  # a half of the headline contrast
 
 
 def test_judge_partially_when_a_secondary_fails():
-    v = ws.judge(_rows(_paper_like(), diverged={"pre_scalenorm_L6_0.001_0"}), P, "default")
+    v = _judge(_rows(_paper_like(), diverged={"pre_scalenorm_L6_0.001_0"}), P, "default")
     assert _by_name(v)["PreNorm + ScaleNorm + FixNorm trains without warm-up at lr 0.001"]["passed"] is False
     assert v["verdict"] == "partially", v["reason"]
 
@@ -200,7 +212,7 @@ def test_judge_undecided_when_seeds_disagree():
     """The same means with a seed spread far wider than the effect: no check may be decided by the mean alone."""
     nll = _paper_like()
     nll[("layernorm", "post", 6, 0.001, 0)] = 3.8  # gap 0.7 > 0.5 nats, but the seeds scatter by ~1 nat
-    v = ws.judge(_rows(nll, noise=1.0, seed=3), P, "default")
+    v = _judge(_rows(nll, noise=1.0, seed=3), P, "default")
     c = _by_name(v)["Post-LN needs warm-up at lr 0.001"]
     assert c["passed"] is None and "straddles" in c["undecided_because"], c
     assert v["verdict"] in ("inconclusive", "not_reproduced")
@@ -209,7 +221,7 @@ def test_judge_undecided_when_seeds_disagree():
 def test_judge_one_seed_decides_nothing():
     p = {**P, "seeds": [1]}
     rows = [r for r in _rows(_paper_like()) if r["sweep"].get("seed") in (None, 1)]
-    v = ws.judge(rows, p, "default")
+    v = _judge(rows, p, "default")
     assert v["verdict"] == "inconclusive", v["reason"]
     assert all(c["passed"] is None for c in v["checks"])
 
@@ -218,7 +230,7 @@ def test_judge_one_seed_decides_nothing():
 def test_null_nothing_trained():
     """Every validation NLL equal to the unigram entropy (and BLEU 0): the controls did not learn."""
     nll = {k: H for k in _paper_like()}
-    v = ws.judge(_rows(nll, noise=0.0, bleu=lambda v: 0.0), P, "default")
+    v = _judge(_rows(nll, noise=0.0, bleu=lambda v: 0.0), P, "default")
     assert v["verdict"] == "inconclusive", v["reason"]
     assert [g["passed"] for g in v["gates"]] == [False, False]
     assert all(c["passed"] is None and "gate" in c["undecided_because"] for c in v["checks"])
@@ -228,14 +240,14 @@ def test_null_nothing_trained():
 def test_null_pure_noise(seed):
     """NLL scattered around the unigram entropy with no structure: nothing learned, nothing to decide."""
     nll = {k: H for k in _paper_like()}
-    v = ws.judge(_rows(nll, noise=0.7, seed=seed), P, "default")
+    v = _judge(_rows(nll, noise=0.7, seed=seed), P, "default")
     assert v["verdict"] in ("inconclusive", "not_reproduced"), v["reason"]
 
 
 def test_null_identical_variants():
     """Every variant learned equally well (warm-up and layout make no difference): the headline must fail."""
     nll = {k: 3.0 for k in _paper_like()}
-    v = ws.judge(_rows(nll, noise=0.03), P, "default")
+    v = _judge(_rows(nll, noise=0.03), P, "default")
     assert v["gates"][0]["passed"]
     assert v["verdict"] in ("inconclusive", "not_reproduced"), v["reason"]
     assert _by_name(v)["Post-LN needs warm-up at lr 0.001"]["passed"] is False
@@ -245,13 +257,13 @@ def test_control_did_not_learn_makes_everything_undecided():
     """Post-LN with warm-up stuck at the unigram entropy: the paper-like contrast elsewhere must not count."""
     nll = _paper_like()
     nll[("layernorm", "post", 6, 0.001, 100)] = H - 0.2
-    v = ws.judge(_rows(nll), P, "default")
+    v = _judge(_rows(nll), P, "default")
     assert v["verdict"] == "inconclusive"
     assert not v["gates"][0]["passed"]
 
 
 def test_bleu_gate_below_copy_baseline():
-    v = ws.judge(_rows(_paper_like(), bleu=lambda v: COPY_BLEU - 1.0), P, "default")
+    v = _judge(_rows(_paper_like(), bleu=lambda v: COPY_BLEU - 1.0), P, "default")
     assert v["gates"][1]["passed"] is False and v["verdict"] == "inconclusive"
 
 
@@ -266,14 +278,14 @@ def test_old_single_seed_results_are_inconclusive():
     rows = [r for r in _rows(old, noise=0.0) if r["sweep"].get("seed", 1) == 1 and r["sweep"]["run"] != "data"]
     for r in rows:
         del r["sweep"]["seed"]
-    v = ws.judge(rows, P, "default")
+    v = _judge(rows, P, "default")
     assert v["verdict"] == "inconclusive", v["reason"]
     assert all(c["passed"] is None for c in v["checks"]) and not v["gates"][0]["passed"]
     assert "unigram entropy not recorded" in v["gates"][0]["measured"]
 
 
 def test_judge_tiny_is_not_applicable():
-    assert ws.judge(_rows(_paper_like()), P, "tiny")["verdict"] == "not_applicable"
+    assert _judge(_rows(_paper_like()), P, "tiny")["verdict"] == "not_applicable"
 
 
 def test_t_interval():
@@ -339,7 +351,7 @@ def test_parts_train_the_same_runs_and_the_judging_job_keeps_them(tiny_run, tmp_
         assert done["runs"] == [r["name"] for r in ws.split_runs(ws.plan_runs(p), 2)[i]]
     assert not (tmp_path / "verdict.json").exists()  # a part does not judge
     with caplog.at_level(logging.INFO, logger="repro.warmup_stability"):
-        rows2, verdict2 = ws.run(p, "tiny", tmp_path)
+        rows2, verdict2 = run_and_judge("warmup_stability", ws.run, p, "tiny", tmp_path)
     n = len(ws.plan_runs(p))
     assert f"{n} runs kept from earlier results, 0 to train" in caplog.text
     assert len(json.loads((tmp_path / "runs.json").read_text())["runs"]) == n  # what the plots read

@@ -31,7 +31,7 @@ def test_unknown_and_bad_keys_are_named():
 
 def test_defaults_filled():
     params = config.section("param_accounting", "tiny")
-    assert params["rounded_rel_tolerance"] > 0
+    assert "judge" not in params and config.thresholds("param_accounting", "tiny")["rounded_rel_tolerance"] > 0
     run = config.load_run_config({})
     assert run["scale"] == "default" and run["claims"] == registry.claim_ids()
 
@@ -114,7 +114,9 @@ def test_claim_page_and_index(tmp_path):
 
     params = config.section("param_accounting", "tiny")
     res = tmp_path / "results/hw/tiny/param_accounting"
-    rows, v = param_accounting.run(params, "tiny", res)
+    from repro.claims._cli import run_and_judge
+
+    rows, v = run_and_judge("param_accounting", param_accounting.run, params, "tiny", res)
     records.write_results(res, fingerprint=fingerprint(), claim="param_accounting", scale="tiny", metrics=rows, verdict=v, config=params)
     page = claim_page("param_accounting", res, tmp_path / "reports/hw/tiny/param_accounting.md",
                       tmp_path / "reports/hw/tiny/param_accounting")

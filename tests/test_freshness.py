@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from repro import provenance
+from repro import config, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM = "block_numerics"
@@ -59,7 +59,7 @@ def test_measure_and_judge_keys_follow_the_code(tmp_path):
     assert r.returncode == 0 and not {"claim", "claim_verdict"} & set(_jobs(r.stdout + r.stderr)), r.stdout
 
     # the judge only: re-judged, not measured again
-    _edit_function(src / f"repro/claims/{CLAIM}.py", "judge", "_judge_edited = True")
+    _edit_function(src / f"repro/judges/{CLAIM}.py", "judge", "_judge_edited = True")
     r = _smk(src)
     jobs = set(_jobs(r.stdout + r.stderr))
     assert r.returncode == 0 and "claim_verdict" in jobs and "claim" not in jobs, r.stdout[-3000:]
@@ -68,6 +68,15 @@ def test_measure_and_judge_keys_follow_the_code(tmp_path):
     verdict = json.loads((res / "verdict.json").read_text())
     assert verdict["provenance"]["judged"]["judge_key"] != judged["judge_key"]
     assert verdict["provenance"]["judged"]["timestamp"] >= judged["timestamp"]
+
+    # a threshold only (the judge: section, here by an override): re-judged with it, not measured again
+    key, value = next(iter(config.thresholds(CLAIM, "tiny").items()))
+    moved = value * 2 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    r = _smk(src, f"overrides={{{CLAIM}: {{judge: {{{key}: {moved}}}}}}}")
+    jobs = set(_jobs(r.stdout + r.stderr))
+    assert r.returncode == 0 and "claim_verdict" in jobs and "claim" not in jobs, r.stdout[-3000:] + r.stderr[-2000:]
+    assert (res / "metrics.csv").stat().st_mtime_ns == metrics_mtime
+    assert json.loads((res / "verdict.json").read_text())["thresholds"][key] == moved
 
     # the measurement code: measured again
     _edit_function(src / f"repro/claims/{CLAIM}.py", "run", "_run_edited = True")
@@ -89,29 +98,19 @@ def test_measure_and_judge_keys_follow_the_code(tmp_path):
     assert json.loads((res / "config.json").read_text())["config"]["chain_depth"] == 12
 
 
-def test_split_claim_module_separates_the_judge(tmp_path):
-    module = tmp_path / "claim.py"
-    module.write_text(
-        "import math\n\n"
-        "def helper(x):\n    return x + 1\n\n"
-        "def only_judge(x):\n    return x > 0\n\n"
-        "def judge(rows, params, scale):\n    return only_judge(helper(1))\n\n"
-        "def run(params, scale, out):\n    rows = [helper(2)]\n    return rows, judge(rows, params, scale)\n\n"
-        "if __name__ == '__main__':\n    run({}, 'tiny', None)\n")
-    measure, judge = provenance.split_claim_module(module)
-    assert "def only_judge" in judge and "def judge" in judge and "def helper" not in judge
-    assert "def helper" in measure and "def run" in measure and "def judge" not in measure
-
-
 def test_closure_follows_imports_and_stops_at_the_judge_side():
     files = {p.relative_to(ROOT).as_posix() for p in provenance.module_closure(("repro.claims.block_numerics",))}
     assert {"repro/claims/block_numerics.py", "repro/model/block.py", "repro/io.py",
             "repro/model/__init__.py"} <= files
-    assert not {"repro/verdicts.py", "repro/registry/__init__.py", "repro/provenance.py"} & files
+    assert not {"repro/verdicts.py", "repro/registry/__init__.py", "repro/provenance.py",
+                f"repro/judges/{CLAIM}.py", "repro/judging.py"} & files
     keys = provenance.claim_keys(CLAIM, {"a": 1})
     assert keys["code"] == provenance.claim_keys(CLAIM, {"a": 2})["code"]
     assert keys["config"] != provenance.claim_keys(CLAIM, {"a": 2})["config"]
     assert keys["measure"] != provenance.claim_keys(CLAIM, {"a": 2})["measure"]
+    # thresholds enter the judge key only
+    moved = provenance.claim_keys(CLAIM, {"a": 1}, thresholds={"t": 1.0})
+    assert moved["measure"] == keys["measure"] and moved["judge"] != keys["judge"]
 
 
 def test_stale_because_names_what_changed():

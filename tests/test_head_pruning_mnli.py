@@ -15,10 +15,13 @@ import torch
 from repro.bench.fingerprint import fingerprint
 from repro.claims import _heads_mnli as mn
 from repro.claims import head_pruning as hp
+from repro.claims._cli import judge_rows, run_and_judge
+from repro import config
 from repro.config import ConfigError, needed, section, workflow_spec
 from repro.errors import ArtefactError
 from repro.io import metric, write_results
 from repro.report.pages import claim_page
+from repro.verdicts import Rows
 
 transformers = pytest.importorskip("transformers")
 
@@ -129,8 +132,8 @@ def test_accuracy_matches_transformers_on_the_same_pairs(trained):
 def test_the_claim_runs_on_a_bert_folder_and_judges_it(trained, tmp_path):
     folder, _, _, data = trained
     params = _params(folder, data)
-    rows, v = hp.run(params, "default", tmp_path)
-    R = hp.Rows(rows)
+    rows, v = run_and_judge(hp.CLAIM, hp.run, params, "default", tmp_path)
+    R = Rows(rows)
     assert v["gates"] and v["gates"][0]["passed"], v["gates"]
     levels = [0] + hp.pruning_levels(8, 0.25, 0.75)
     for order in ("importance", "importance_raw"):
@@ -151,7 +154,7 @@ def test_the_claim_runs_on_a_bert_folder_and_judges_it(trained, tmp_path):
     order = json.loads((tmp_path / "pruning_order.json").read_text())
     assert set(order) == {"importance", "importance_raw"} and len(order["importance"]) == 6
     # at the tiny scale no verdict is claimed
-    assert hp.judge(rows, params, "tiny")["verdict"] == "not_applicable"
+    assert judge_rows(hp.CLAIM, rows, scale="tiny", params=params)["verdict"] == "not_applicable"
     # the claim page renders the BERT rows: the headline table first, the MNLI pruning curve among the figures
     write_results(tmp_path / "res", fingerprint=fingerprint(), claim="head_pruning", scale="default", metrics=rows,
                   verdict=v, config=params)
@@ -166,7 +169,7 @@ def test_an_untrained_bert_is_gated(tmp_path):
     data = _write_tsv(tmp_path / "dev.tsv", _pairs(200, 8))
     params = _params(folder, data)
     params["one_head"] = "none"
-    rows, v = hp.run(params, "default", tmp_path / "out")
+    rows, v = run_and_judge(hp.CLAIM, hp.run, params, "default", tmp_path / "out")
     assert v["verdict"] == "inconclusive" and not v["gates"][0]["passed"]
     assert all(c["passed"] is None for c in v["checks"])
 
@@ -202,9 +205,10 @@ def _paper_true(f):  # no loss up to 40% of the heads, then a collapse past 60%
     return (0.1, -0.4, 0.5) if f < 0.45 else (-3.0, -3.6, -2.4) if f < 0.6 else (-30.0, -31.0, -29.0)
 
 
-def _judge(rows):
-    p = section("head_pruning", "default")
-    return hp.judge(rows, p, "default")
+def _judge(rows, **thresholds):
+    """The judge at the default scale, with the judge: section's thresholds (``thresholds`` moved)."""
+    return judge_rows(hp.CLAIM, rows, params=section("head_pruning", "default"),
+                      thresholds={**config.thresholds(hp.CLAIM, "default"), **thresholds})
 
 
 def test_paper_true_rows_reproduce():
@@ -240,8 +244,9 @@ def test_ties_and_undecided_levels_never_pass(case):
     rows = {
         # the 40% level's drop interval ends exactly on the tolerance
         "drop_on_tolerance": _rows(lambda f: (0.0, -tol, 0.5) if 0.35 < f < 0.45 else _paper_true(f)),
-        # the gate's lower end exactly at the majority class + 10 points
-        "gate_on_margin": _rows(_paper_true, acc_lo=45.0, majority=35.0),
+        # the gate's lower end exactly at the majority class + judge.min_accuracy_over_majority (10 points)
+        "gate_on_margin": _rows(_paper_true, majority=35.0,
+                                acc_lo=35.0 + config.thresholds(hp.CLAIM, "default")["min_accuracy_over_majority"]),
         "curve_stops_short": [r for r in _rows(_paper_true)
                               if not (r["metric"] == "mnli_pruning_accuracy" and r["sweep"]["fraction"] > 0.35)],
         "straddles": _rows(lambda f: (-0.5, -1.5, 0.5) if f < 0.45 else _paper_true(f)),
@@ -304,3 +309,16 @@ def test_a_bert_folder_needs_no_translation_model():
     assert [n["artefact"] for n in needed(workflow_spec("head_pruning", "default"), p)] == ["translation_model"]
     p["hf_model"] = "/models/bert-base-uncased-mnli"
     assert needed(workflow_spec("head_pruning", "default"), p) == []
+
+
+def test_the_gate_margin_and_the_heads_per_layer_come_from_the_judge_section():
+    """judge.min_accuracy_over_majority: paper-true rows 47.8 points above the majority class fail a 50-point gate;
+    judge.normalised_min_heads_fraction: 4 heads per layer support the normalised order once 1/4 of Michel's 16 is
+    enough."""
+    assert _judge(_rows(_paper_true))["gates"][0]["passed"]
+    v = _judge(_rows(_paper_true), min_accuracy_over_majority=50.0)
+    assert not v["gates"][0]["passed"] and v["verdict"] == "inconclusive"
+    assert "50.0 points above" in v["gates"][0]["required"]
+    head = [c for c in _judge(_rows(_paper_true, hpl=4), normalised_min_heads_fraction=0.25)["checks"]
+            if c["headline"]][0]
+    assert "Michel's l2-per-layer" in head["name"] and head["thresholds"] == {"normalised_min_heads_fraction": 0.25}

@@ -48,15 +48,17 @@ def _rows(folder: Path) -> list[dict]:
 
 
 def _judge(claim: str, folder: Path, rows: list[dict]) -> dict:
-    import importlib
+    """The checkout's judge with the current thresholds on ``rows`` in place of the reference's, with the
+    reference's measured parameters and recorded context (what ``--rejudge`` gives it)."""
+    from repro.claims._cli import judge_context, judge_rows
 
     stored = json.loads((folder / "config.json").read_text())
-    params = config.deep_merge(config.section(claim, "default"), stored["config"])
+    params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
     measured = folder / "measured.json"
-    context = json.loads(measured.read_text()).get("context", {}) if measured.exists() else \
-        {k: v for k, v in json.loads((folder / "verdict.json").read_text()).items() if k == "load"}
-    module = importlib.import_module(f"repro.claims.{claim}")
-    return module.judge(rows, params, "default", **{k: v for k, v in context.items() if k == "load"})
+    record = json.loads(measured.read_text()) if measured.exists() else \
+        {"context": {k: v for k, v in json.loads((folder / "verdict.json").read_text()).items() if k == "load"}}
+    context = {k: v for k, v in judge_context("default", params, record).items() if k not in ("scale", "params")}
+    return judge_rows(claim, rows, scale="default", params=params, **context)
 
 
 def null(rows: list[dict]) -> list[dict]:

@@ -6,19 +6,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FLOORS = [
-    {"errors", "registry", "provenance", "kinds", "progress"},
-    {"config", "io", "verdicts", "stats", "cli"},
+    {"errors", "registry", "provenance", "kinds", "progress", "rows"},
+    {"config", "io", "verdicts", "judging", "stats", "cli"},
     {"model", "kernels", "data", "quant"},
     {"bench"},
     {"train", "artefacts"},
     {"peers"},
     {"claims"},
+    {"judges"},
     {"report"},
     {"workflow"},
 ]
 FLOOR = {unit: i for i, units in enumerate(FLOORS) for unit in units}
 # (importer, imported): why it may go up
 EXCEPTIONS = {
+    ("io", "artefacts"): "input_hashes hashes a model folder's checkpoint, whose one spelling is "
+                         "repro.artefacts.CKPT_NAME (imported lazily: the name only)",
     ("config", "model"): "config validates the model-shape keys with repro.model.config.ModelConfig, the one "
                          "definition of a model's shape (imported lazily: the package imports torch)",
 }
@@ -94,7 +97,7 @@ def test_function_local_imports_are_few_and_say_why():
 def test_judges_query_rows_instead_of_filtering_by_hand():
     import re
 
-    hand = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "repro" / "claims").glob("*.py"))
+    hand = [f"{p.relative_to(ROOT)}:{i}" for d in ("claims", "judges") for p in sorted((ROOT / "repro" / d).glob("*.py"))
             for i, line in enumerate(p.read_text().splitlines(), 1)
             if re.search(r"""\[["']metric["']\]\s*(==|in\b)|\.get\(["']metric["']\)\s*==""", line)]
     assert not hand, f"filter rows with repro.verdicts.Rows: {hand}"
@@ -112,3 +115,46 @@ def test_comments_say_why_not_which_issue():
 def test_the_hardware_id_is_passed_not_read_from_the_environment():
     found = [str(p.relative_to(ROOT)) for p in (ROOT / "repro").rglob("*.py") if "REPRO_HARDWARE_ID" in p.read_text()]
     assert not found, found
+
+
+def _claims():
+    from repro import registry
+
+    return sorted(registry.implemented_claims())
+
+
+def test_every_claim_is_a_measurement_and_a_judge():
+    """Each registered claim: repro/claims/<id>.py with ``run(params, scale, out)`` (and no judge), and
+    repro/judges/<id>.py with ``judge(rows, thresholds, context)``, the one signature."""
+    bad = []
+    for claim in _claims():
+        measure = ast.parse((ROOT / "repro" / "claims" / f"{claim}.py").read_text())
+        defs = {n.name: n for n in measure.body if isinstance(n, ast.FunctionDef)}
+        if "run" not in defs or [a.arg for a in defs["run"].args.args] != ["params", "scale", "out"]:
+            bad.append(f"repro/claims/{claim}.py: no run(params, scale, out)")
+        if "judge" in defs:
+            bad.append(f"repro/claims/{claim}.py defines judge (it belongs in repro/judges/{claim}.py)")
+        path = ROOT / "repro" / "judges" / f"{claim}.py"
+        if not path.is_file():
+            bad.append(f"repro/judges/{claim}.py is missing")
+            continue
+        judge = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "judge"]
+        if not judge or [a.arg for a in judge[0].args.args] != ["rows", "thresholds", "context"] or \
+                judge[0].args.kwonlyargs or judge[0].args.vararg or judge[0].args.kwarg:
+            bad.append(f"repro/judges/{claim}.py: judge must be judge(rows, thresholds, context)")
+    assert not bad, bad
+
+
+def test_no_measurement_reaches_a_judge():
+    """A measurement's code (what its key hashes) never imports the judge side (the judges, the judging machinery,
+    the verdict contract): a changed judge or threshold re-judges and never re-measures."""
+    from repro import provenance
+
+    for claim in _claims():
+        files = {p.relative_to(ROOT).as_posix() for p in provenance.module_closure((f"repro.claims.{claim}",),
+                                                                                   stop=provenance.NOT_CODE)}
+        # the registry is read by repro.io.metric to put the published value beside a row: not a decision; the
+        # command line (repro.claims._cli) reaches repro/judging.py, which imports a judge by name, when judging
+        judge_side = sorted(f for f in files if provenance._stopped(f, provenance.JUDGE_SIDE)
+                            and f not in ("repro/registry/__init__.py", "repro/judging.py"))
+        assert not judge_side, f"repro/claims/{claim}.py reaches the judge side: {judge_side}"

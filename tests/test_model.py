@@ -214,3 +214,23 @@ def test_block_with_triton_kernels_matches_torch_backends():
         a.square().mean().backward(); b.square().mean().backward()
         for (n, p), (_, q) in zip(ref.named_parameters(), tri.named_parameters()):
             torch.testing.assert_close(q.grad, p.grad, atol=5e-4, rtol=5e-3, msg=n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_manual_layer_norm_centres_once_and_is_bit_identical(dtype):
+    """The eager LayerNorm computes x - mean once; its output is bit for bit what the two-subtraction form gave,
+    and close to torch's layer_norm."""
+    from repro.model.norms import layer_norm_manual
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(3, 7, 97, generator=g) * 3 + 1).to(dtype)
+    w, b = torch.randn(97, generator=g).to(dtype), torch.randn(97, generator=g).to(dtype)
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    var = (xf - mean).pow(2).mean(-1, keepdim=True)
+    before = ((xf - mean) * torch.rsqrt(var + 1e-5)).to(dtype) * w + b
+    after = layer_norm_manual(x, w, b, 1e-5)
+    assert torch.equal(after, before)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 5e-2, torch.float16: 1e-2}[dtype]
+    ref = torch.nn.functional.layer_norm(x.float(), (97,), w.float(), b.float(), 1e-5)
+    assert torch.allclose(after.float(), ref, atol=tol, rtol=tol)

@@ -47,6 +47,31 @@ def test_dry_run_reproduce_all_default(tmp_path):
     assert "index" in out and "translation_evaluate" in out  # the whole suite includes the BLEU benchmark
 
 
+def test_a_dry_run_writes_nothing_outside_snakemakes_folder(tmp_path):
+    """Parsing the workflow and a dry run of reproduce_all in a fresh copy of the checkout write and delete nothing
+    (git status --ignored unchanged, apart from Snakemake's own .snakemake/, where the freshness keys live)."""
+    repo = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    for f in filter(None, files):
+        if (ROOT / f).is_file() and not f.startswith("tests/fixtures/"):
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            (repo / f).write_bytes((ROOT / f).read_bytes())
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "fresh"], cwd=repo, check=True)
+    before = subprocess.run(["git", "status", "--ignored", "--porcelain"], cwd=repo, capture_output=True,
+                            text=True).stdout
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "reproduce_all", "--cores", "2"], cwd=repo,
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    after = subprocess.run(["git", "status", "--ignored", "--porcelain"], cwd=repo, capture_output=True,
+                           text=True).stdout
+    new = [line for line in after.splitlines() if line not in before.splitlines() and line != "!! .snakemake/"]
+    assert not new, new
+
+
 def test_narrowed_run_skips_the_translation_benchmark(tmp_path):
     """A run narrowed to claims that do not use the translation task does not train or import a translation model."""
     r = smk("reproduce_all", "-n", "--directory", str(tmp_path), "--cores", "2", "--config", "scale=paper",

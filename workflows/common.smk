@@ -24,7 +24,7 @@ rule claim:
     results/<hardware>/<scale>/<id>/. The shared artefacts the claim needs (config/claims/<id>.yaml: workflow.needs)
     are its inputs and reach it on the command line (--input).
 
-    Freshness by content, not by a checkout's mtimes: the input ``stamp`` (results/<hw>/<scale>/_keys/<id>.measure)
+    Freshness by content, not by a checkout's mtimes: the input ``stamp`` (.snakemake/repro/keys/.../<id>.measure)
     holds the key of the claim's measurement code, resolved parameters and software (repro.provenance). The
     workflow rewrites it before the DAG is built only when the checkout's key differs, so a changed measurement
     module, imported repro module, config or torch makes it newer than the results and this job reruns; the same
@@ -56,9 +56,10 @@ rule claim:
 
 rule claim_verdict:
     """Judge one claim's stored measurement: ``python -m repro.claims.<id> --rejudge`` applies the checkout's
-    judge (and published numbers) to metrics.csv and writes verdict.json with who measured and who judged. Its
-    stamp (_keys/<id>.judge) changes only with the judge-side code (the judge-only functions of the claim module,
-    repro/verdicts.py, the registry), so a changed judge re-judges here without measuring again."""
+    judge (repro/judges/<id>.py), published numbers and thresholds (the ``judge:`` part of config/claims/<id>.yaml)
+    to metrics.csv and writes verdict.json with the thresholds used, who measured and who judged. Its stamp
+    (<id>.judge under .snakemake/repro/keys) changes only with the judge side (the judge's files, repro/verdicts.py,
+    the registry, the thresholds), so a changed judge or threshold re-judges here without measuring again."""
     input:
         **W.measured("{claim}"),
         stamp=W.stamp("{claim}", "judge"),
@@ -66,6 +67,7 @@ rule claim_verdict:
         verdict=f"{W.res}/{{claim}}/verdict.json",
     params:
         prov=lambda wildcards: json.dumps({"judge": W.keys(wildcards.claim)["judge"]}),
+        thresholds=lambda wildcards: W.thresholds_arg(wildcards.claim),
     log:
         f"{W.logs}/{{claim}}.verdict.log",
     benchmark:

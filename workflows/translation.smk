@@ -18,7 +18,7 @@ _TR_RUNTIME = int((_TR["training"].get("max_minutes") or 60) * 2) + 15
 _LM_RUNTIME = int((_TR["lm"]["training"].get("max_minutes") or 60) * 2) + 15
 
 
-# Each rule takes its stamp (results/<hw>/<scale>/_keys/<job>.measure, repro.provenance) as input: rewritten only when
+# Each rule takes its stamp (.snakemake/repro/keys/.../<job>.measure, repro.provenance) as input: rewritten only when
 # the key of its code (repro/train and what it imports), the translation section or the software changes, so a
 # changed training module retrains the model, and the claims built on it rerun.
 
@@ -38,8 +38,9 @@ rule translation_tokenizer:
         W.bench("translation_tokenizer")
     conda:
         "../environment.yml"
-    priority: 10  # the shared artefacts first: the claims that need them wait on them, the others fill in
-    threads: 1
+    priority: 12  # the head of the longest chain (tokenizer -> translation model -> head_pruning -> pages)
+    # both cores for its seconds: a fill-in job started beside it would hold a core the translation model needs next
+    threads: 2
     resources:
         runtime=30,
         mem_mb=4000,
@@ -64,7 +65,7 @@ rule translation_train:
         W.bench("translation_train")
     conda:
         "../environment.yml"
-    priority: 10  # the shared artefacts first: the claims that need them wait on them, the others fill in
+    priority: 12  # ahead of the LM and the fill-in parts: the head of the longest chain (head_pruning waits on it)
     threads: _TR["threads"]
     resources:
         runtime=_TR_RUNTIME,
@@ -107,10 +108,11 @@ rule translation_evaluate:
         lm=LM_MODEL,
         stamp=W.stamp("translation_evaluate"),
     output:
-        **W.outputs("translation"),
+        **W.measured("translation"),
     params:
         cfg=W.params("translation"),
-        prov=_json.dumps(W.artefact_keys("translation_evaluate"), sort_keys=True),
+        prov=_json.dumps({k: v for k, v in W.artefact_keys("translation_evaluate").items() if k != "judge"},
+                         sort_keys=True),
     log:
         f"{W.logs}/translation_evaluate.log",
     benchmark:
@@ -124,7 +126,33 @@ rule translation_evaluate:
         mem_mb=8000,
     shell:
         f"{W.py} -m repro.train.evaluate --params {{params.cfg:q}} --scale {W.scale} --hardware {W.hw} --model {TRANSLATION_DIR} "
-        f"--lm {LM_DIR} --out {W.res}/translation --keys {{params.prov:q}} 2>&1 | tee {{log}}"
+        f"--lm {LM_DIR} --out {W.res}/translation --keys {{params.prov:q}} --measure-only 2>&1 | tee {{log}}"
+
+
+rule translation_verdict:
+    """The benchmark's verdict: repro/judges/translation.py with the judge: part of config/claims/translation.yaml
+    on the stored measurement (a changed judge or threshold re-judges here; nothing is decoded again)."""
+    input:
+        **W.measured("translation"),
+        stamp=W.stamp("translation_evaluate", "judge"),
+    output:
+        verdict=W.outputs("translation")["verdict"],
+    params:
+        prov=_json.dumps({"judge": W.artefact_keys("translation_evaluate")["judge"]}),
+        thresholds=W.thresholds_arg("translation"),
+    log:
+        f"{W.logs}/translation.verdict.log",
+    benchmark:
+        W.bench("translation.verdict")
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        runtime=10,
+        mem_mb=2000,
+    shell:
+        f"{W.py} -m repro.train.evaluate --scale {W.scale} --out {W.res}/translation --rejudge "
+        f"--thresholds {{params.thresholds:q}} --keys {{params.prov:q}} > {{log}} 2>&1"
 
 
 rule translation_model:

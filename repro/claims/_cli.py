@@ -2,27 +2,31 @@
 
 ``python -m repro.claims.<id> --scale S --out DIR [--params JSON]``: parameters come from ``--params`` (what the
 Snakefile passes, already validated) or, when run by hand, from config/claims/<id>.yaml at that scale. The claim's
-``run`` returns metrics rows and a verdict; this writes them with the fingerprint (repro.io).
-Progress goes to stderr (the rule's log).
+``run(params, scale, out)`` returns its metrics rows and a context (what its judge needs beyond the rows: the device
+used, the machine's load...); this writes them with the fingerprint (repro.io) and, unless ``--measure-only``, judges
+them: ``repro.judges.<id>.judge(rows, thresholds, context)`` with the thresholds of the section's ``judge:`` part
+(``--thresholds`` JSON, or config/claims/<id>.yaml at that scale) and the context :func:`judge_context` builds.
+``--rejudge`` judges a stored measurement with the CURRENT thresholds and judge. Progress goes to stderr (the rule's
+log).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
-import math
 import sys
 import textwrap
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from repro import config, provenance
 from repro.bench.fingerprint import fingerprint, slug
-from repro.io import atomic_write_json, read_metrics, remove_stale_temps, write_measurement, write_verdict
+from repro.io import atomic_write_json, remove_stale_temps, write_measurement
 from repro.cli import load_params, positive_int, setup_logging  # noqa: F401 (setup_logging: also used by claims)
+# the judging machinery (judge-side: a change there re-judges, never re-measures), re-exported for the claims' tests
+from repro.judging import (judge_context, judge_rows, judge_stored, load_judge, load_thresholds,  # noqa: F401
+                           now, rejudge, run_and_judge)
 
 log = logging.getLogger("repro")
 
@@ -55,7 +59,7 @@ def parameters_help(claim: str) -> str:
     values, problems = {}, []
     for scale in config.SCALES:
         try:
-            values[scale] = config.section(claim, scale)
+            values[scale] = {**config.section(claim, scale), config.JUDGE: config.thresholds(claim, scale)}
         except config.ConfigError as exc:
             values[scale] = None
             problems.append(f"  {scale}: {exc}")
@@ -93,15 +97,17 @@ def main(claim: str, run: Callable, argv=None) -> int:
     setup_logging()
     started = now()
     keys = json.loads(args.keys) if args.keys else None
+    thresholds = load_thresholds(parser, claim, args.scale, args.thresholds)
     if args.rejudge:
-        rejudge(claim, args.out, args.scale, judge_key=(keys or {}).get("judge"))
+        rejudge(claim, args.out, args.scale, thresholds, judge_key=(keys or {}).get("judge"))
         return 0
     params = load_params(parser, claim, args.scale, args.params)
     key_params = json.loads(args.params) if args.params else params  # what the workflow hashed
+    key_params = {k: v for k, v in key_params.items() if k != config.JUDGE}
     params, given = _with_inputs(parser, claim, args, params)
     if keys is None:
         needs = tuple(n["artefact"] for n in config.needed(config.workflow_spec(claim, args.scale), params))
-        keys = provenance.claim_keys(claim, key_params, needs)
+        keys = provenance.claim_keys(claim, key_params, needs, thresholds)
     if args.hardware and slug(args.hardware) != args.hardware:
         parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
     if args.threads:
@@ -113,7 +119,7 @@ def main(claim: str, run: Callable, argv=None) -> int:
     if part is not None:
         return _run_part(claim, module, params, args, part)
     remove_stale_temps(args.out)  # left by a killed earlier run (a part job shares the folder: not there)
-    return _measure(claim, run, module, params, args, keys, given, started)
+    return _measure(claim, run, module, params, args, keys, given, started, thresholds)
 
 
 def _parser(claim: str, run: Callable, module) -> argparse.ArgumentParser:
@@ -136,13 +142,17 @@ def _parser(claim: str, run: Callable, module) -> argparse.ArgumentParser:
                         help="the hardware id results are filed under (the workflow decides it once and passes it; "
                              "default: derived from this machine)")
     parser.add_argument("--rejudge", action="store_true",
-                        help="re-apply this commit's verdict rule (judge) to the measurements already in --out "
-                             "(metrics.csv, config.json); nothing is measured again, and verdict.json records both "
-                             "the measurement's commit and the judging commit (the workflow's claim_verdict job)")
+                        help="re-apply this commit's judge (repro/judges/<claim>.py) with the current thresholds "
+                             "to the measurements already in --out (metrics.csv, config.json, measured.json); "
+                             "nothing is measured again, and verdict.json records the thresholds used, the "
+                             "measurement's commit and the judging commit (the workflow's claim_verdict job)")
     parser.add_argument("--measure-only", action="store_true",
                         help="measure and write metrics.csv, config.json, fingerprint.json and measured.json, but no "
                              "verdict.json (the workflow judges in its own job, so a changed judge re-judges without "
                              "measuring again)")
+    parser.add_argument("--thresholds", default=None, metavar="JSON",
+                        help="the judge's thresholds (the judge: part of config/claims/<claim>.yaml at --scale, "
+                             "which is the default; what the workflow passes, overrides applied)")
     parser.add_argument("--keys", default=None, metavar="JSON",
                         help="the provenance keys of this measurement (code, config, software, judge, measure: "
                              "repro.provenance), as the workflow computed them; default: computed here")
@@ -182,29 +192,25 @@ def _run_part(claim: str, module, params: dict, args, part: tuple[int, int]) -> 
     return 0
 
 
-def _measure(claim: str, run: Callable, module, params: dict, args, keys: dict, given: dict, started: str) -> int:
-    """Run the experiment and write the measurement (and, unless --measure-only, the verdict)."""
+def _measure(claim: str, run: Callable, module, params: dict, args, keys: dict, given: dict, started: str,
+             thresholds: dict) -> int:
+    """Run the experiment and write the measurement (and, unless --measure-only, judge it)."""
     t0 = time.time()
-    metrics, verdict = run(params, args.scale, args.out)
+    metrics, context = run(params, args.scale, args.out)
+    if not isinstance(context, dict) or "verdict" in context:
+        raise TypeError(f"repro.claims.{claim}.run must return (rows, context): the judge is "
+                        f"repro.judges.{claim}.judge, not the measurement's")
     measured = write_measurement(args.out, claim=claim, scale=args.scale, metrics=metrics, config=params,
                                  fingerprint=fingerprint(args.hardware),
                                  artifacts=getattr(module, "ARTIFACTS", ()),  # the claim's other files
-                                 keys=keys, context={k: verdict[k] for k in JUDGE_CONTEXT if k in verdict},
-                                 inputs=given, started=started)
+                                 keys=keys, context=context, inputs=given, started=started)
     if args.measure_only:
         log.info("%s: measured in %.1f s (%d rows); the verdict is the claim_verdict job's", claim,
                  time.time() - t0, measured["integrity"]["metrics.csv"]["rows"])
         return 0
-    write_verdict(args.out, verdict, measured, runtime_s=measured["runtime_s"])
-    log.info("%s: %s (%s) in %.1f s", claim, verdict["verdict"], verdict["reason"][:300], time.time() - t0)
+    verdict = rejudge(claim, args.out, args.scale, thresholds, judge_key=keys.get("judge"))
+    log.info("%s: %s in %.1f s", claim, verdict["verdict"], time.time() - t0)
     return 0
-
-
-JUDGE_CONTEXT = ("load",)  # what a judge reads beyond the rows and parameters (kept in measured.json)
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _part(text: str) -> tuple[int, int]:
@@ -218,59 +224,3 @@ def _part(text: str) -> tuple[int, int]:
     return i, n
 
 
-def rejudge(claim: str, out: Path, scale: str, judge_key: str | None = None) -> dict:
-    """Judge stored measurements with the current rule (the workflow's claim_verdict job, or by hand after a change
-    to a judge). The measurement's parameters come from its config.json; keys the current rule needs and the old
-    run did not record (new thresholds) come from the current config/claims/<claim>.yaml at that scale.
-    metrics.csv, fingerprint.json and measured.json are kept as they are; verdict.json records the measurement's
-    commit and time and the judging's (``provenance``), and ``rejudged`` when it replaces an earlier judgement of
-    the same measurement. Results from before measured.json existed are re-judged from their verdict.json."""
-    out = Path(out)
-    verdict, measured, stored = judge_stored(claim, out, scale)
-    old = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else None
-    if judge_key is None:
-        judge_key = provenance.claim_keys(claim, stored["config"])["judge"]
-    context = {k: v for k, v in (measured.get("context") or {}).items() if k in JUDGE_CONTEXT}
-    extra = {"runtime_s": measured.get("runtime_s"), **context}
-    if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
-        extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),
-                             "previous_verdict": old.get("verdict")}
-    verdict = write_verdict(out, verdict, measured, judge_key=judge_key, **extra)
-    log.info("%s: judged %s (%s)%s", claim, verdict["verdict"], verdict["reason"][:300],
-             f"; was {old.get('verdict')}" if old else "")
-    return verdict
-
-
-def judge_stored(claim: str, out: Path, scale: str) -> tuple[dict, dict, dict]:
-    """(the checkout's judgement, the measurement record, config.json) of the measurement stored in ``out``;
-    nothing is written. The parameters are config.json's, with keys the current judge needs and the old run did
-    not record (new thresholds) from config/claims/<claim>.yaml at that scale."""
-    out = Path(out)
-    for name in ("metrics.csv", "config.json", "fingerprint.json"):
-        if not (out / name).is_file():
-            raise SystemExit(f"--rejudge: {out / name} is missing: run the claim first")
-    stored = json.loads((out / "config.json").read_text())
-    if stored.get("claim") != claim or stored.get("scale") != scale:
-        raise SystemExit(f"--rejudge: {out}/config.json is for {stored.get('claim')} at {stored.get('scale')}, "
-                         f"not {claim} at {scale}")
-    params = config.deep_merge(config.section(claim, scale), stored["config"])
-    frame = read_metrics(out)
-    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-            for r in frame.to_dict("records")]
-    old = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else None
-    if (out / "measured.json").is_file():
-        measured = json.loads((out / "measured.json").read_text())
-    elif old is not None:  # measured before measured.json: its verdict.json holds the measurement's record
-        measured = {"claim": claim, "scale": scale, "hardware": old.get("hardware"), "commit": old.get("commit"),
-                    "dirty": None, "started": old.get("timestamp"), "finished": None, "keys": {}, "inputs": {},
-                    "context": {k: old[k] for k in JUDGE_CONTEXT if k in old}, "integrity": old.get("integrity"),
-                    "runtime_s": old.get("runtime_s")}
-    else:
-        raise SystemExit(f"--rejudge: {out / 'measured.json'} is missing: run the claim first")
-    module = importlib.import_module(f"repro.claims.{claim}")
-    context = {k: v for k, v in (measured.get("context") or {}).items() if k in JUDGE_CONTEXT}
-    return module.judge(rows, params, scale, **context), measured, stored
-
-
-def provenance_commit() -> str | None:
-    return provenance.git_commit()["commit"]

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from repro import config
+from repro.artefacts import CKPT_NAME
 from repro.bench.fingerprint import fingerprint
 from repro.data import batch_indices, collate
 from repro.data.fairseq_io import write_fairseq_dictionary, write_indexed_dataset
@@ -295,7 +296,7 @@ def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40,
         load_before = os.getloadavg()
         ckpt_dir = work / "checkpoint"
         rates = _train_rates(venv, params, w, ckpt_dir, repeats, updates, threads, work)
-        same, lengths = _decode_rates(venv, params, w, ckpt_dir / "checkpoint_last.pt", repeats, threads, work, rates)
+        same, lengths = _decode_rates(venv, params, w, ckpt_dir / CKPT_NAME, repeats, threads, work, rates)
         load_after = os.getloadavg()
     finally:
         torch.set_num_threads(before)

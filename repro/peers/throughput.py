@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from repro import config
-from repro.artefacts import MODELS_DIR, artefact_file
+from repro.artefacts import MODELS_DIR, TOKENIZER_NAME, artefact_file
 from repro.bench.fingerprint import fingerprint
 from repro.data import batch_indices, collate
 from repro.io import atomic_write_json, atomic_write_text, metric, write_results
@@ -332,7 +332,7 @@ def tokenizer_for(params: dict, scale: str, work: Path, hardware: str) -> tuple[
     ckpt, tok = artefact_file(models, "translation_model"), artefact_file(models, "tokenizer")
     if ckpt.exists() and tok.exists():
         return resolve_tokenizer(tok), ckpt
-    info = work / "tokenizer.json"
+    info = work / TOKENIZER_NAME
     want = {"tokenizer": params["tokenizer"], "corpus": params["corpus"]}
     stamp = work / "tokenizer.params.json"
     if not (info.exists() and stamp.exists() and json.loads(stamp.read_text()) == want):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import importlib
+import json
 import logging
 import os
 import re
@@ -124,8 +125,15 @@ def _checks_frame(checks: list[dict]) -> pd.DataFrame:
         row.update({"holds": HOLDS.get(c.get("passed"), str(c.get("passed"))),
                     "measured": headline.clip(str(c.get("measured")), CELL),
                     "paper / expected": headline.clip(str(c.get("expected")), CELL)})
+        if any(x.get("thresholds") for x in checks):
+            row["thresholds"] = threshold_text(c.get("thresholds"))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def threshold_text(used: dict | None) -> str:
+    """``key=value, ...`` of the judge: thresholds a check decided with (config/claims/<id>.yaml)."""
+    return ", ".join(f"`{k}`={json.dumps(v)}" for k, v in (used or {}).items())
 
 
 def _check_details(checks: list[dict]) -> list[str]:
@@ -181,9 +189,16 @@ def verdict_blocks(verdict: dict) -> list[tuple]:
         details = _check_details(verdict["checks"])
         if details:
             blocks += [("list", details)]
+    if verdict.get("thresholds"):
+        blocks += [("p", "Thresholds the judge decided with (the `judge:` section of "
+                         f"config/claims/{verdict.get('claim')}.yaml; changing one re-judges these rows, it measures "
+                         "nothing again): " + threshold_text(verdict["thresholds"]) + ".")]
     if verdict.get("gates"):
         gates = pd.DataFrame([{"gate": g.get("name"), "measured": g.get("measured"), "required": g.get("required"),
-                               "holds": HOLDS.get(g.get("passed"), str(g.get("passed")))} for g in verdict["gates"]])
+                               "holds": HOLDS.get(g.get("passed"), str(g.get("passed"))),
+                               **({"thresholds": threshold_text(g.get("thresholds"))}
+                                  if any(x.get("thresholds") for x in verdict["gates"]) else {})}
+                              for g in verdict["gates"]])
         blocks += [("h2", "Gates (what must hold before the checks mean anything)"), ("table", gates)]
     if verdict.get("setup"):
         setup = pd.DataFrame([{"aspect": s.get("aspect"), "paper": s.get("paper"), "this run": s.get("this_run")}

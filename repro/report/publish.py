@@ -24,16 +24,17 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from repro import config, provenance, registry
-from repro.claims._cli import rejudge
+from repro import artefacts, config, provenance, registry
+from repro.judging import rejudge
 from repro.io import read_verdict
 from repro.report import pages
 from repro.report.compare import write_compare
 from repro.report.matrix import write
 from repro.report.origin import REFERENCE, recorded_keys
+from repro.report.runtime import RUN_RECORD
 
 log = logging.getLogger("repro")
-SKIP_DIRS = ("_models", "_work", "_keys", "_bench")
+SKIP_DIRS = (artefacts.MODELS_DIR, "_work", "_keys", "_bench")
 SKIP_FILES = (".lock",)
 
 
@@ -77,7 +78,8 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
         measured, judged = prov.get("measured") or {}, prov.get("judged") or {}
         keys = recorded_keys(v)
         commits.setdefault(str(measured.get("commit"))[:7], []).append(claim)
-        judge_now = provenance.current_code(claim, keys.get("needs"))["judge"]
+        judge_now = provenance.judge_key(provenance.current_code(claim, keys.get("needs"))["judge_code"],
+                                         config.thresholds(claim, scale))
         if judged.get("commit") != head and judged.get("judge_key") != judge_now:
             problems.append(f"{claim}: judged at {str(judged.get('commit'))[:7]} by another judge than HEAD's "
                             f"({head[:7]}): re-judge it (reproduce_all runs only the claim_verdict jobs)")
@@ -112,6 +114,8 @@ def _copy_run(src: Path, dst: Path, claims: list[str], whole: bool) -> None:
     bench = src / "_benchmarks"
     if bench.is_dir():
         shutil.copytree(bench, dst / "_benchmarks", dirs_exist_ok=True)
+    if (src / RUN_RECORD).is_file():  # the run's own wall time and work (the pages read it, never file times)
+        shutil.copy2(src / RUN_RECORD, dst / RUN_RECORD)
 
 
 def publish(hardware: str, scale: str, results_root: str | Path = "results",
@@ -159,7 +163,7 @@ def rejudge_reference(hardware: str, scale: str, references_root: str | Path = "
         if dirty:
             raise PublishError(f"the work tree is not clean ({len(dirty.splitlines())} changed or untracked "
                                f"paths, e.g. {dirty.splitlines()[0].strip()}); commit first")
-    implemented = set(registry.implemented_claims())
+    implemented = set(registry.implemented_claims()) | {"translation"}  # the benchmark has a judge too
     names = [p.name for p in sorted(dst.iterdir()) if p.name in implemented and (not claims or p.name in claims)
              and (p / "verdict.json").is_file()]
     for claim in names:

@@ -5,20 +5,28 @@ Every rule of the workflow writes ``results/<hardware>/<scale>/_benchmarks/<job>
 reads them into one table per hardware and scale: the index page shows it ("Time per rule"), and the hardware
 comparison puts every machine's totals side by side.
 
-Totals: ``sum of jobs`` adds the jobs' wall times (what one core would take running them one after the other);
-``elapsed`` runs from the first job's start (its file's time minus its wall time) to the last job's end, i.e. the
-wall time of the run when the files come from one run (jobs that ran side by side overlap there).
+Totals: ``sum of jobs`` adds the jobs' wall times (what one core would take running them one after the other).
+The wall time of a run is never read from files' times (a checkout or a copy resets them): each ``snakemake``
+invocation that runs jobs records itself in ``results/<hardware>/<scale>/run.json`` (:func:`write_run_record`: start,
+end, the jobs it ran, their core-minutes, commit, machine), publishing copies it into the reference, and the pages
+read it (:func:`read_run_record`).
 """
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
+from repro.bench.fingerprint import fingerprint
+from repro.io import atomic_write_json, read_json
+from repro.provenance import git_commit
 from repro.report.origin import sources
 
 BENCH_DIR = "_benchmarks"
+RUN_RECORD = "run.json"
+HISTORY = 20  # earlier invocations kept in run.json's ``earlier``
 
 
 def read_benchmarks(results_root: str | Path, hardware: str, scale: str) -> pd.DataFrame:
@@ -42,6 +50,59 @@ def read_benchmarks(results_root: str | Path, hardware: str, scale: str) -> pd.D
         rows.append({"job": f.stem, "wall_s": num("s"), "cpu_s": num("cpu_time"), "max_rss_mb": num("max_rss"),
                      "mean_load": num("mean_load"), "end": f.stat().st_mtime})
     return pd.DataFrame(rows, columns=["job", "wall_s", "cpu_s", "max_rss_mb", "mean_load", "end"])
+
+
+def write_run_record(results_dir: str | Path, *, started: float, finished: float, status: str, hardware: str,
+                     scale: str, cores: int | None, targets: list[str]) -> dict:
+    """Record one ``snakemake`` invocation in ``results_dir/run.json`` (the workflow's onsuccess / onerror handler):
+    when it started and ended, its wall minutes, the jobs it ran (benchmark files written since it started) with
+    their core-minutes (CPU time) and summed wall minutes, the commit, the machine and the cores it was given. An
+    earlier record of the same folder moves to ``earlier`` (the newest first)."""
+    folder = Path(results_dir)
+    frame = read_benchmarks(folder.parent.parent, hardware, scale)
+    ran = frame[frame["end"] >= started - 1] if not frame.empty else frame
+    fp = fingerprint(hardware)
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+    record = {"status": status, "started": iso(started), "finished": iso(finished),
+              "wall_minutes": round((finished - started) / 60, 2), "jobs": int(len(ran)),
+              "core_minutes": round(float(ran["cpu_s"].fillna(0).sum()) / 60, 2) if len(ran) else 0.0,
+              "sum_job_wall_minutes": round(float(ran["wall_s"].fillna(0).sum()) / 60, 2) if len(ran) else 0.0,
+              "jobs_run": sorted(ran["job"].tolist()) if len(ran) else [], "cores": cores, "targets": targets,
+              "hardware": hardware, "scale": scale, "git": git_commit(),
+              "machine": fp.get("hardware"), "software": fp.get("software")}
+    old = read_json(folder / RUN_RECORD) if (folder / RUN_RECORD).is_file() else None
+    if old:
+        record["earlier"] = ([{k: v for k, v in old.items() if k != "earlier"}] + list(old.get("earlier") or []))[:HISTORY]
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / RUN_RECORD, record)
+    return record
+
+
+def read_run_record(results_root: str | Path, hardware: str, scale: str) -> dict | None:
+    """The newest run.json record of a results (or reference) folder that ran the most jobs among its recent
+    invocations (a later invocation that only re-judged does not hide the run that measured), or None."""
+    path = Path(results_root) / hardware / scale / RUN_RECORD
+    if not path.is_file():
+        return None
+    try:
+        rec = read_json(path)
+    except Exception:  # a damaged record is no reason to fail a page: the time is then unknown
+        return None
+    runs = [rec] + list(rec.get("earlier") or [])
+    ok = [r for r in runs if r.get("status") == "success"] or runs
+    return max(ok, key=lambda r: (r.get("jobs") or 0, r.get("finished") or ""))
+
+
+def run_time_text(rec: dict | None) -> str:
+    """One line: the run's wall time and work from its run.json record, saying which run it was."""
+    if not rec:
+        return "run time unknown (no run.json: the run predates it, or is still running)"
+    commit = str((rec.get("git") or {}).get("commit") or "")[:7]
+    return (f"{rec['wall_minutes']:.1f} min wall for {rec['jobs']} jobs ({rec['core_minutes']:.1f} core-minutes, "
+            f"{rec.get('cores') or '?'} cores), run of commit {commit or '?'} started {rec['started']} (run.json)")
 
 
 def totals(frame: pd.DataFrame) -> dict:
@@ -69,10 +130,10 @@ def time_per_rule_md(results_root: str | Path, hardware: str, scale: str) -> lis
                        "one when it runs).", ""]
     tot = totals(frame)
     frame = frame.sort_values("wall_s", ascending=False)
-    lines = head + [f"From Snakemake's `benchmark:` files (results/{hardware}/{scale}/{BENCH_DIR}/). {tot['jobs']} "
+    lines = head + [f"The run: {run_time_text(read_run_record(results_root, hardware, scale))}.", "",
+                    f"From Snakemake's `benchmark:` files (results/{hardware}/{scale}/{BENCH_DIR}/). {tot['jobs']} "
                     f"jobs; sum of their wall times **{_fmt_s(tot['sum_wall_s'])}**, CPU time "
-                    f"{_fmt_s(tot['sum_cpu_s'])}; first start to last end {_fmt_s(tot['elapsed_s'])} (the run's wall "
-                    "time when the files come from one run; jobs run side by side overlap).", "",
+                    f"{_fmt_s(tot['sum_cpu_s'])}.", "",
                     "| job | wall | CPU | CPU / wall | max RSS |", "|---|---:|---:|---:|---:|"]
     for r in frame.itertuples():
         ratio = (f"{r.cpu_s / r.wall_s:.2f}" if r.cpu_s is not None and not math.isnan(r.cpu_s) and r.wall_s
@@ -95,12 +156,14 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
                 continue
             tot = totals(frame)
             slow = frame.sort_values("wall_s", ascending=False).head(3)
-            rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | "
-                        f"{_fmt_s(tot['elapsed_s'])} | "
+            rec = read_run_record(root, hw_dir.name, scale)
+            wall = f"{rec['wall_minutes']:.1f} min ({str((rec.get('git') or {}).get('commit') or '')[:7]})" if rec \
+                else "unknown (no run.json)"
+            rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | {wall} | "
                         + ", ".join(f"{r.job} {_fmt_s(r.wall_s)}" for r in slow.itertuples()) + " |")
     if not rows:
         return []
     return ["## Run time per machine", "",
             f"From each machine's Snakemake benchmark files (results/<hardware>/{scale}/{BENCH_DIR}/).", "",
-            "| hardware | jobs | sum of job wall times | first start to last end | slowest jobs |",
+            "| hardware | jobs | sum of job wall times | run wall time (run.json, commit) | slowest jobs |",
             "|---|---:|---:|---:|---|", *rows, ""]

@@ -4,9 +4,9 @@ minutes trained) under ``results/<hw>/<scale>/translation/`` via repro.io.
 
 ``python -m repro.train.evaluate --params JSON --scale S --model DIR --out RESULTS_DIR [--lm DIR]``
 
-Verdict (the suite's own target, not a paper's number): the test BLEU reaches ``eval.target_bleu`` with at least
-6 encoder layers and at least 4 heads per layer; tiny scale is not_applicable (plumbing only).  The hypotheses are
-written to ``test.hyp.txt`` so claims and readers can inspect them.
+The verdict (the suite's own target, not a paper's number) is repro/judges/translation.py's, with the thresholds of
+config/claims/translation.yaml's ``judge:`` part; ``--rejudge`` judges stored results again (the workflow's
+translation_verdict job). The hypotheses are written to ``test.hyp.txt`` so claims and readers can inspect them.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import torch
 
 from repro import provenance
 from repro.bench.fingerprint import fingerprint
-from repro.io import metric, write_results
-from repro.verdicts import Rows, check, numbers, verdict_from_checks
+from repro.io import metric, write_measurement
 from repro.cli import add_params_arguments, load_params, setup_logging
+from repro.judging import load_thresholds, rejudge
 from repro.train.bleu import bleu_report
 from repro.train.decode import DecodeConfig
 from repro.train.loop import evaluate_loss
@@ -35,7 +35,7 @@ log = logging.getLogger("repro.translation")
 
 
 def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path | None = None):
-    """Decode valid/test, score them, and return (metrics rows, verdict)."""
+    """Decode valid/test, score them, and return (metrics rows, context: the model's summary for the judge)."""
     torch.set_num_threads(int(params.get("threads", torch.get_num_threads())))
     device = params.get("device", "cpu")
     t = load_trained(model_dir, device=device)
@@ -87,50 +87,44 @@ def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path 
         rows.append(metric(CLAIM, "lm_train_minutes", float(lm.checkpoint.get("elapsed_s", 0)) / 60, "min"))
         summary["lm_valid_ppl"] = r["ppl"]
     (out / "bleu.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    return rows, judge(rows, params, scale, summary)
-
-
-def judge(rows: list[dict], params: dict, scale: str, summary: dict) -> dict:
-    """The shared model's own target (not a paper's number): test BLEU >= eval.target_bleu from a model with >= 6
-    encoder layers and >= 4 heads, beside the copy-the-source baseline."""
-    test = Rows(rows).where(split="test")
-    test_bleu, copy = test.metric("bleu").value(), test.metric("bleu_copy_baseline").value()
-    target = params["eval"]["target_bleu"]
-    checks = [
-        check("test BLEU reaches the target", test_bleu >= target,
-              f"{test_bleu:.2f} after {summary['train_minutes']:.1f} min ({summary['steps']} updates)",
-              f">= {target} (the suite's target, not a paper's number)", headline=True,
-              numbers=numbers(test_bleu, "test BLEU", paper_text=f"target >= {target:g} (the suite's); copy "
-                              f"baseline {copy:.1f}")),
-        check("model size as required", summary["encoder_layers"] >= 6 and summary["heads"] >= 4,
-              f"{summary['encoder_layers']} encoder layers, {summary['heads']} heads", ">= 6 layers, >= 4 heads"),
-        check("beats the copy baseline", test_bleu > copy, f"{test_bleu:.2f} vs copy {copy:.2f}", "model > copy"),
-    ]
-    return verdict_from_checks(CLAIM, checks, scale)
+    return rows, {k: v for k, v in summary.items() if k not in ("valid", "test", "valid_decode", "test_decode")}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m repro.train.evaluate", description=__doc__.split("\n")[0])
     add_params_arguments(ap, CLAIM)
-    ap.add_argument("--model", required=True, type=Path, help="model folder (checkpoint_last.pt)")
+    ap.add_argument("--model", type=Path, help="model folder (checkpoint_last.pt)")
     ap.add_argument("--lm", type=Path, default=None, help="LM folder, to report its validation perplexity")
     ap.add_argument("--out", required=True, type=Path, help="results folder")
+    ap.add_argument("--thresholds", default=None, metavar="JSON",
+                    help="the judge's thresholds (default: the judge: part of config/claims/translation.yaml)")
+    ap.add_argument("--measure-only", action="store_true", help="write the measurement, not the verdict")
+    ap.add_argument("--rejudge", action="store_true",
+                    help="judge the measurement stored in --out again with the current judge and thresholds")
     ap.add_argument("--keys", default=None, metavar="JSON",
                     help="the provenance keys the workflow computed (repro.provenance); default: computed here")
     ap.add_argument("--hardware", default=None,
                     help="the hardware id results are filed under (the workflow passes it; default: detected)")
     a = ap.parse_args(argv)
     setup_logging()
+    thresholds = load_thresholds(ap, CLAIM, a.scale, a.thresholds)
+    if a.rejudge:
+        rejudge(CLAIM, a.out, a.scale, thresholds, judge_key=(json.loads(a.keys) if a.keys else {}).get("judge"))
+        return 0
+    if a.model is None:
+        ap.error("--model is required (unless --rejudge)")
     params = load_params(ap, CLAIM, a.scale, a.params)
     a.out.mkdir(parents=True, exist_ok=True)
     t0, started = time.time(), datetime.now(timezone.utc).isoformat(timespec="seconds")
-    keys = json.loads(a.keys) if a.keys else provenance.artefact_keys("translation_evaluate",
-                                                                      json.loads(a.params) if a.params else params)
-    rows, verdict = evaluate(params, a.scale, a.model, a.out, a.lm)
-    verdict = {**verdict, "runtime_s": round(time.time() - t0, 1)}
-    write_results(a.out, claim=CLAIM, scale=a.scale, metrics=rows, verdict=verdict, config=params, keys=keys,
-                  fingerprint=fingerprint(a.hardware), inputs={"model": a.model, **({"lm": a.lm} if a.lm else {})}, started=started)
-    log.info("translation: %s (%s)", verdict["verdict"], verdict["reason"][:300])
+    keys = json.loads(a.keys) if a.keys else provenance.artefact_keys(
+        "translation_evaluate", json.loads(a.params) if a.params else params, thresholds)
+    rows, context = evaluate(params, a.scale, a.model, a.out, a.lm)
+    write_measurement(a.out, claim=CLAIM, scale=a.scale, metrics=rows, config=params, keys=keys, context=context,
+                      fingerprint=fingerprint(a.hardware), inputs={"model": a.model, **({"lm": a.lm} if a.lm else {})},
+                      started=started)
+    log.info("translation: measured in %.1f s", time.time() - t0)
+    if not a.measure_only:
+        rejudge(CLAIM, a.out, a.scale, thresholds, judge_key=keys.get("judge"))
     return 0
 
 

@@ -17,6 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
+from repro.artefacts import TOKENIZER_NAME
 from repro.cli import add_params_arguments, load_params, setup_logging
 from repro.data import train_sentencepiece
 from repro.errors import ConfigError
@@ -55,7 +56,7 @@ def prepare(params: dict, out: Path) -> dict:
                 "train_sentences": len(texts), **t}
         (out / "spm.json").write_text(json.dumps(info, indent=1) + "\n")
     info.update(corpus=c, direction=c["direction"])
-    (out / "tokenizer.json").write_text(json.dumps(info, indent=1) + "\n")
+    (out / TOKENIZER_NAME).write_text(json.dumps(info, indent=1) + "\n")
     log.info("tokenizer: %s", json.dumps(info))
     return info
 

@@ -60,8 +60,8 @@ def on_edge(center: float, width: float) -> float:
     return v
 
 
-def default_params(claim: str) -> dict:
-    """The claim's default-scale parameters (the thresholds a tie control sits on)."""
+def default_thresholds(claim: str) -> dict:
+    """The claim's default-scale judge thresholds (what a tie control sits on)."""
     from repro import config
 
-    return config.section(claim, "default")
+    return config.thresholds(claim, "default")

@@ -2,7 +2,7 @@
 coefficient double the paper's and sqrt(n) checkpointing growing linearly with depth. Ties = the headline total
 34 sbh coefficient exactly ``coeff_rel`` off the paper's, and the sqrt(n) log-log slope exactly on its band's lower
 edge."""
-from controls import default_params, edit, on_edge
+from controls import default_thresholds, edit, on_edge
 
 from repro import registry
 
@@ -13,7 +13,7 @@ def paper_false(rows):
 
 
 def ties(rows):
-    tol = default_params("activation_checkpointing")["tolerance"]
+    tol = default_thresholds("activation_checkpointing")
     pub = registry.published("activation_checkpointing", "korthikanti_total_sbh_coeff")["value"]
     coeff = edit(rows, "saved_coeff_16bit", lambda r: on_edge(pub, tol["coeff_rel"] * pub), sweep_section="total",
                  sweep_kind="sbh", sweep_policy="none", sweep_backend="math", sweep_dtype="float32", sweep_dropout=0.1)

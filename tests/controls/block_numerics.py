@@ -1,7 +1,7 @@
 """block_numerics: paper-false = normalisations and activations off, the residual chain vanishing like the plain one,
 the fp16 epsilon result reversed; the learned-control gate (shallow plain, deep residual) kept. Ties = every
 published function value measured exactly ``value_tolerance`` away from the published one (the band's edge)."""
-from controls import default_params, edit, on_edge
+from controls import default_thresholds, edit, on_edge
 
 OUTPUTS = ("layernorm_output", "rmsnorm_output", "gelu_output", "silu_output", "relu_output")
 
@@ -15,7 +15,23 @@ def paper_false(rows):
 
 
 def ties(rows):
-    tol = default_params("block_numerics")["value_tolerance"]
+    tol = default_thresholds("block_numerics")["value_tolerance"]
     return [edit(rows, OUTPUTS, lambda r: on_edge(float(r["published_value"]), tol)
                  if isinstance(r.get("published_value"), (int, float)) and r["published_value"] == r["published_value"]
                  else r["value"])]
+
+
+def threshold_rows(rows, key):
+    """Rows on which ``key`` matters where the reference's cannot show it: the residual chain's per-layer factor 2%
+    above its bound sqrt(1 + (c g)^2) (a chain growing a little faster than the Jensen bound), which the 5% slack
+    accepts and no slack rejects."""
+    import math
+
+    if key != "residual_growth_tolerance":
+        return None
+
+    def above(r):
+        c, g, depth = r["sweep"]["branch_gain"], r["sweep"]["gain"], r["sweep"]["depth"]
+        return (math.sqrt(1 + (c * g) ** 2) * 1.02) ** depth
+
+    return edit(rows, "residual_chain_gradient_gain", above)

@@ -25,19 +25,33 @@ def paper_false(rows: list[dict]) -> list[dict]:
 
 
 def ties(rows: list[dict]) -> list[dict]:
-    """Exactly on the thresholds with no spread: Post-LN's per-layer slope equal to grow_slope_min (0.1) and
-    Pre-LN's equal to the edge of the flat band (0.5 x 0.1); every depth exponent on the edge of its band
-    (ratio and Pre-LN at -0.5 - 0.15, Post-LN at +0.15); Lemma 2 on its band edges. (A tie on a secondary check
-    alone, with the headlines holding, is undecided and by the contract leaves the verdict reproduced: so the
-    headlines are tied too.)"""
-    tied = _seed_rows(rows, "ffn_grad_log_slope_per_layer", 0.1, spread=0.0, sweep_position="post")
-    tied = _seed_rows(tied, "ffn_grad_log_slope_per_layer", 0.05, spread=0.0, sweep_position="pre")
+    """Exactly on the thresholds (the judge: section of config/claims/prepost_gradients.yaml, the paper's numbers
+    from the registry) with no spread: Post-LN's per-layer slope equal to grow_slope_min and Pre-LN's equal to the
+    edge of the flat band (flat_ratio_max x grow_slope_min); every depth exponent on the edge of its band (ratio and
+    Pre-LN at Theorem 1's -1/2 - exponent_tolerance, Post-LN at 0 + flat_depth_exponent_max); Lemma 2 on its band
+    edges (3/2 x (1 + lemma2_rel_tol); 1 + l/2). (A tie on a secondary check alone, with the headlines holding, is
+    undecided and by the contract leaves the verdict reproduced: so the headlines are tied too.)"""
+    from repro import config, registry
+
+    T = config.thresholds("prepost_gradients", "default")
+
+    def paper(key):
+        return registry.published("prepost_gradients", key)["value"]
+
+    grow, tol, flat_tol = T["grow_slope_min"], T["exponent_tolerance"], T["flat_depth_exponent_max"]
+    tied = _seed_rows(rows, "ffn_grad_log_slope_per_layer", grow, spread=0.0, sweep_position="post")
+    tied = _seed_rows(tied, "ffn_grad_log_slope_per_layer", T["flat_ratio_max"] * grow, spread=0.0,
+                      sweep_position="pre")
     for prefix in ("fig3", "thm1"):
-        tied = _seed_rows(tied, f"{prefix}_depth_exponent_post", 0.15, spread=0.0)
-        tied = _seed_rows(tied, f"{prefix}_depth_exponent_pre", -0.65, spread=0.0)
-        tied = _seed_rows(tied, f"{prefix}_depth_exponent_ratio", -0.65, spread=0.0)
-    # Lemma 2 on its band edges too (1.5 x (1 + 0.03); 1 + l/2), no spread
-    tied = edit(tied, "lemma2_postln_sq_norm_over_d", lambda r: 1.5 * (1 + 0.03))
-    tied = edit(tied, "lemma2_preln_sq_norm_over_d", lambda r: 1 + 0.5 * float(r["sweep"]["layer"]))
+        tied = _seed_rows(tied, f"{prefix}_depth_exponent_post", paper("thm1_postln_depth_exponent") + flat_tol,
+                          spread=0.0)
+        tied = _seed_rows(tied, f"{prefix}_depth_exponent_pre", paper("thm1_preln_depth_exponent") - tol, spread=0.0)
+        tied = _seed_rows(tied, f"{prefix}_depth_exponent_ratio", paper("thm1_preln_over_postln_depth_exponent") - tol,
+                          spread=0.0)
+    # Lemma 2 on its band edges too, no spread
+    post5 = paper("lemma2_postln_sq_norm_over_d") * (1 + T["lemma2_rel_tol"])
+    a0, b0 = paper("lemma2_preln_sq_norm_lower")
+    tied = edit(tied, "lemma2_postln_sq_norm_over_d", lambda r: post5)
+    tied = edit(tied, "lemma2_preln_sq_norm_over_d", lambda r: a0 + b0 * float(r["sweep"]["layer"]))
     return [[{**r, "spread": 0.0} if r.get("metric", "").startswith("lemma2_") and r.get("spread") is not None
              else r for r in tied]]

@@ -9,14 +9,8 @@ def paper_false(rows):
 
 
 def ties(rows):
-    """The pure-attention exponent exactly on the edge of the cubic band (3 - tolerance, read from the judge's
-    params is not possible here: the reference's config.json carries it)."""
-    import json
-    from pathlib import Path
+    """The pure-attention exponent exactly on the edge of the cubic band (3 - tolerance, the judge's threshold)."""
+    from repro import config
 
-    tol = None
-    for p in Path(__file__).resolve().parents[2].glob("references/results/*/default/rank_collapse/config.json"):
-        tol = json.loads(p.read_text())["config"].get("checks", {}).get("cubic_tolerance", tol)
-    if tol is None:
-        return []
+    tol = config.thresholds("rank_collapse", "default")["cubic_tolerance"]
     return [edit(rows, "per_layer_exponent", lambda r: 3.0 - tol, sweep_variant="attention")]

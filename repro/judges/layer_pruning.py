@@ -1,0 +1,354 @@
+"""The judge of layer_pruning (C6): many deep layers can be dropped. Gromov et al. ("The Unreasonable
+Ineffectiveness of the Deeper Layers", ICLR 2025: Section 3.2's argmin angular-distance block, Figs 1-3's collapse
+points and healing) and Men et al. (ShortGPT, 2025: Section 2's Block Influence, Table 2's collapse of generation).
+
+Judges the rows repro/claims/layer_pruning.py measured on the suite's trained models (translation encoder and
+decoder, target-side LM) or an imported checkpoint: where the least influential layers lie, whether the similarity
+rules prune better than random, the collapse point against the published band, and healing, with the thresholds of
+the ``judge:`` section of config/claims/layer_pruning.yaml (the collapse ratios ``collapse.bleu_ratio`` /
+``collapse.ppl_ratio`` are measurement parameters: the measurement places the collapse point with them). The papers'
+numbers come from the registry (repro/registry/published.yaml).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from repro import registry
+from repro.claims.layer_pruning import CLAIM, STACKS
+from repro.verdicts import Rows, check, gate, gated, numbers, setup_table, uses, verdict_from_checks
+
+
+def _quality_curve(R: Rows, stack, rule, healed=False) -> dict[int, float]:
+    """Mean quality (BLEU; perplexity for the LM) per removal count of ``rule`` (random: over the seeds), the
+    unpruned model at 0 when unhealed."""
+    qname = "valid_ppl" if stack == "lm" else "bleu"
+    keep = R.metric(qname).where(stack=stack, healed=healed).filter(
+        lambda r: r["sweep"]["rule"] in (rule, "none") and not (healed and r["sweep"]["rule"] == "none"))
+    return {n: float(np.mean(v.values())) for n, v in sorted(keep.by("n_removed").items())}
+
+
+def _nll_curve(R: Rows, stack, rule, healed) -> dict[int, float]:
+    """Mean validation NLL per removal count of ``rule``, with the unpruned model (healed: the control) at 0."""
+    keep = R.metric("valid_nll").where(stack=stack, healed=healed).filter(
+        lambda r: r["sweep"]["rule"] == rule or (r["sweep"]["rule"] == "none" and r["sweep"]["n_removed"] == 0))
+    return {n: float(np.mean(v.values())) for n, v in sorted(keep.by("n_removed").items())}
+
+
+def _pub(key: str):
+    return registry.published(CLAIM, key)["value"]
+
+
+def _published() -> dict:
+    """The published numbers the checks compare with, and their texts."""
+    sg_layers, sg_L = _pub("shortgpt_llama2_7b_layers_removed"), _pub("shortgpt_llama2_7b_n_layers")
+    xsum = _pub("shortgpt_llama2_7b_xsum")
+    band_text = ", ".join(f"{name} {'-'.join(map(str, v)) if isinstance(v, list) else v}" for name, v in (
+        (n, _pub(f"gromov_collapse_{k}"))
+        for n, k in (("Qwen", "qwen"), ("Phi-2", "phi2"), ("Mistral", "mistral7b"), ("Llama-2", "llama2"))))
+    return {"lo": _pub("gromov_collapse_qwen"), "hi": max(_pub("gromov_collapse_llama2")),
+            "sg_pct": _pub("shortgpt_llama2_7b_params_removed"), "sg_layers": sg_layers, "sg_L": sg_L,
+            "sg_depth": float(np.mean(sg_layers)) / (sg_L - 1),  # mean relative depth of ShortGPT's removed layers
+            "band_text": band_text,
+            "xsum_text": f"XSum {xsum[0]:.2f} -> {xsum[1]:.2f} for Llama2-7B ({100 * xsum[1] / xsum[0]:.0f}%)"}
+
+
+def _lm_gate(R: Rows, margin: float) -> dict:
+    """The LM checks' precondition: the unpruned LM's validation NLL lies more than ``margin`` nats below the
+    unigram model's (a model that learned only token frequencies has no depth structure to prune)."""
+    name = "lm: the unpruned LM learned"
+    base = _nll_curve(R, "lm", "none", False).get(0)
+    uni = R.metric("unigram_ppl").where(stack="lm")
+    required = f"validation NLL more than {margin} nats below the unigram model's"
+    if base is None or not uni:
+        return gate(name, False, "the rows carry no unigram baseline for the LM (or no unpruned NLL)", required)
+    u = math.log(uni.value())
+    return gate(name, bool(u - base > margin), f"NLL {base:.2f} vs unigram {u:.2f} nats/token "
+                f"({u - base:+.2f} below)", required)
+
+
+def _gates(R: Rows, T: dict, stacks: list[str]) -> dict[str, dict]:
+    """Each stack's precondition, by stack: the translation model beats copying the source on the test subset by
+    more than ``min_bleu_over_copy`` BLEU (a model that has not learnt to translate cannot lose it); the LM lies
+    more than ``min_lm_nats_below_unigram`` nats below the unigram model (:func:`_lm_gate`)."""
+    gates = {}
+    copy_bl = R.metric("bleu_copy_baseline").where(test_set="subset").values()
+    for s in ("encoder", "decoder"):
+        base = _quality_curve(R, s, "none").get(0)
+        if s in stacks and copy_bl and base is not None:
+            margin = T["min_bleu_over_copy"]
+            gates[s] = gate(f"{s}: the unpruned translation model learned", base > copy_bl[0] + margin,
+                            f"BLEU {base:.2f} vs copying the source {copy_bl[0]:.2f} on the test subset",
+                            f"at least {margin} BLEU above the copy baseline")
+    if "lm" in stacks:
+        gates["lm"] = _lm_gate(R, T["min_lm_nats_below_unigram"])
+    return gates
+
+
+@dataclass
+class _Judging:
+    """What the checks of one judgement read: the rows, the measured parameters, the thresholds (the judge:
+    section), the stacks measured and their layer counts, the stacks whose gate failed (with the reason), the LM's
+    gates and the published numbers."""
+    R: Rows
+    params: dict
+    T: dict
+    stacks: list[str]
+    n_layers: dict[str, int]
+    weak: dict[str, str]
+    lm_gates: list[dict]
+    pub: dict
+
+
+def _argmin_checks(j: _Judging) -> list[dict]:
+    """Gromov: the LM's argmin block l*(n) leaves the last layer in place (every n <= L-2)."""
+    s = "lm"
+    if s not in j.stacks:
+        return []
+    L = j.n_layers[s]
+    ar = j.R.metric("angular_argmin_start").where(stack=s).filter(lambda r: r["sweep"]["block"] <= L - 2)
+    if not ar:
+        return []
+    ok = [r["sweep"]["excludes_last"] for r in ar]
+    others = "; ".join(
+        f"{o}: " + ",".join(f"n={r['sweep']['block']}:l*={int(r['value'])}"
+                            for r in j.R.metric("angular_argmin_start").where(stack=o))
+        for o in j.stacks if o != s)
+    bi_rows = j.R.metric("valid_nll").where(stack=s, rule="bi", healed=False).filter(
+        lambda r: r["sweep"]["n_removed"] <= L - 2).having("excludes_last")
+    bi_txt = (f"; the BI rule keeps it at {sum(r['sweep']['excludes_last'] for r in bi_rows)}/{len(bi_rows)} "
+              "counts" if bi_rows else "")
+    return [gated(check(f"{s}: Gromov's argmin block keeps the last layer",
+                        all(ok), ", ".join(f"n={r['sweep']['block']}: l*={int(r['value'])}" for r in ar)
+                        + f" of {L} layers" + (f" ({others})" if others else "") + bi_txt,
+                        "the block l*(n)..l*(n)+n-1 is deep but excludes the final layer"), j.lm_gates)]
+
+
+def _bi_depth_checks(j: _Judging) -> list[dict]:
+    """ShortGPT: the lowest-BI half of the LM's layers lies in the deeper half."""
+    s = "lm"
+    if s not in j.stacks:
+        return []
+    L, pub = j.n_layers[s], j.pub
+    bi = sorted(((r["value"], r["sweep"]["layer"]) for r in j.R.metric("block_influence").where(stack=s)),
+                key=lambda x: x[1])
+    if L < 2:
+        return []
+    k = max(1, L // 2)
+    low = sorted(sorted(bi)[:k], key=lambda x: x[1])
+    mean_idx = float(np.mean([i for _, i in low]))
+    rest = [b for b, i in bi if (b, i) not in low]
+    # strictly deep and strictly less influential: a tie (equal BI everywhere, a half straddling the
+    # middle) never passes, whichever way the sort breaks it
+    separated = bool(rest) and float(np.mean([b for b, _ in low])) < float(np.mean(rest))
+    return [gated(check(f"{s}: the least influential layers (BI) are deep",
+                        mean_idx > (L - 1) / 2 and separated,
+                        f"BI per layer {', '.join(f'{b:.3f}' for b, _ in bi)}; lowest {k}: layers "
+                        f"{[i for _, i in low]}", f"deep layers have the lowest BI (ShortGPT removes "
+                        f"layers {min(pub['sg_layers'])}-{max(pub['sg_layers'])} of Llama2-7B's {pub['sg_L']})",
+                        headline=True,
+                        numbers=numbers(mean_idx / (L - 1), "mean relative depth of the lowest-BI half",
+                                        paper=pub["sg_depth"], compare="difference")), j.lm_gates)]
+
+
+def _random_draws(R: Rows, stack) -> dict[int, list[float]]:
+    """Quality of each random draw (seed) per removal count, unhealed (the random baseline's spread)."""
+    qname = "valid_ppl" if stack == "lm" else "bleu"
+    return {n: v.values() for n, v in R.metric(qname).where(stack=stack, healed=False, rule="random")
+            .by("n_removed").items()}
+
+
+def _random_checks(j: _Judging) -> list[dict]:
+    """The similarity rules (BI, angular) prune better than random, on the stacks past their gate."""
+    # a removal count is a win only when the rule beats every random draw (strictly): a tie, or a result inside
+    # the spread of the random draws, is no evidence; stacks whose model did not learn (BLEU gate) are left out
+    wins, total, detail = 0, 0, []
+    for s in [s for s in j.stacks if s not in j.weak]:
+        draws = _random_draws(j.R, s)
+        hib = s != "lm"
+        for rule in ("bi", "angular"):
+            cur = _quality_curve(j.R, s, rule)
+            ns = [n for n in cur if n > 0 and n in draws and n < j.n_layers[s]]
+            if not ns:
+                continue
+            better = sum((cur[n] > max(draws[n])) if hib else (cur[n] < min(draws[n])) for n in ns)
+            wins += better
+            total += len(ns)
+            detail.append(f"{s}/{rule} {better}/{len(ns)}")
+    if total:
+        share = j.T["beats_random_min_share"]
+        share_text = "half" if share == 0.5 else f"{100 * share:g}% of"
+        return [check("similarity-based rules prune better than random", wins > share * total,
+                      f"{wins}/{total} removal counts better than every random draw ({'; '.join(detail)})",
+                      f"BI / angular distance pick layers whose removal hurts least (more than {share_text} the "
+                      "removal counts beyond the random draws' range)", headline=True,
+                      numbers=numbers(100 * wins / total, "% of removal counts beating every random draw",
+                                      paper_text="> 50% (rules beat random)"),
+                      thresholds=uses(j.T, "beats_random_min_share"))]
+    if j.stacks:
+        return [check("similarity-based rules prune better than random", None, "no stack to compare",
+                      "BI / angular distance pick layers whose removal hurts least", headline=True,
+                      undecided_because="; ".join(j.weak.values()) or "no removal count with random draws")]
+    return []
+
+
+def _band_check(j: _Judging, s: str) -> dict | None:
+    """The collapse point of the angular rule on stack ``s`` inside the published band (None: no collapse row)."""
+    name = f"{s}: collapse point (angular rule, no healing) in the published band"
+    lo, hi, L = j.pub["lo"], j.pub["hi"], j.n_layers[s]
+    if s in j.weak:
+        return check(name, None, j.weak[s], f"{lo}-{hi}%", undecided_because=j.weak[s])
+    max_res = j.T["max_resolution_percent"]
+    used = uses(j.T, "max_resolution_percent")
+    if 100.0 / L > max_res:
+        return check(name, None, f"{L} layers: one layer is {100.0 / L:.0f}% of the stack",
+                     f"{lo}-{hi}%", undecided_because=f"too few layers ({L}) to place a collapse "
+                     f"inside a {lo}-{hi}% band (resolution {100.0 / L:.0f}% > {max_res}%)", thresholds=used)
+    c = j.R.metric("collapse_percent").where(stack=s, rule="angular")
+    nc = j.R.metric("no_collapse_up_to_percent").where(stack=s, rule="angular")
+    if c:
+        v = c[0]["value"]
+        # with L layers the collapse is seen at multiples of 100/L: the threshold lies in (v - 100/L, v];
+        # consistent with the band when that interval overlaps it
+        step = 100.0 / L
+        return check(name, v >= lo and v - step < hi,
+                     f"{v:.0f}% of {L} layers ({c[0]['sweep']['quality']} crosses the threshold)",
+                     f"{lo}-{hi}% ({j.pub['band_text']}; ShortGPT {j.pub['sg_pct']}%)", thresholds=used)
+    if nc:
+        return check(name, False, f"no collapse up to {nc[0]['value']:.0f}%", f"{lo}-{hi}%", thresholds=used)
+    return None
+
+
+def _band_checks(j: _Judging) -> list[dict]:
+    """Collapse point of the angular rule per stack inside the published 20-55% band (Qwen .. Llama-2)."""
+    return [c for c in (_band_check(j, s) for s in j.stacks) if c is not None]
+
+
+def _shortgpt_checks(j: _Judging) -> list[dict]:
+    """ShortGPT Table 2: generation falls apart at ~27% of the layers removed by BI (translation stacks)."""
+    out, sg_pct, xsum_text = [], j.pub["sg_pct"], j.pub["xsum_text"]
+    ratio = j.params["collapse"]["bleu_ratio"]  # a measurement parameter: the collapse point is placed with it
+    for s in [s for s in ("encoder", "decoder") if s in j.stacks]:
+        L = j.n_layers[s]
+        n = max(1, int(round(sg_pct / 100 * L)))
+        cur = _quality_curve(j.R, s, "bi")
+        if s in j.weak:
+            out.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
+                             None, j.weak[s], xsum_text, undecided_because=j.weak[s]))
+        elif n in cur and 0 in cur and cur[0] > 0:
+            out.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
+                             cur[n] < ratio * cur[0], f"{n}/{L} layers: BLEU {cur[0]:.2f} -> {cur[n]:.2f} "
+                             f"({100 * cur[n] / cur[0]:.0f}%)", xsum_text))
+    return out
+
+
+def _healing_checks(j: _Judging) -> list[dict]:
+    """Healing closes the gap: the healed model's NLL gap to the equally fine-tuned control is smaller than the
+    unhealed gap to the unpruned model, at every healed removal count."""
+    rec, tot, det = 0, 0, []
+    for s in [s for s in j.stacks if s not in j.weak]:
+        ctrl = j.R.metric("valid_nll").where(stack=s, healed=True, rule="none").values()
+        base = _nll_curve(j.R, s, "none", False).get(0)
+        if not ctrl or base is None:
+            continue
+        for r in j.R.metric("valid_nll").where(stack=s, healed=True):
+            if r["sweep"]["rule"] == "none":
+                continue
+            un = _nll_curve(j.R, s, r["sweep"]["rule"], False).get(r["sweep"]["n_removed"])
+            if un is None:
+                continue
+            tot += 1
+            gap_un, gap_h = un - base, r["value"] - ctrl[0]
+            rec += gap_h < gap_un
+            det.append(f"{s}/{r['sweep']['rule']} n={r['sweep']['n_removed']}: gap {gap_un:+.2f} -> {gap_h:+.2f}")
+    if not tot:
+        return []
+    return [check("healing recovers the pruning damage (vs the equally fine-tuned control)", rec == tot,
+                  f"{rec}/{tot} removal counts: NLL gap to the unpruned model (unhealed) -> gap to the "
+                  f"control fine-tune (healed): {'; '.join(det[:6])}",
+                  "a short fine-tune heals the damage (Gromov: QLoRA on C4)")]
+
+
+def _smoothness_checks(j: _Judging) -> list[dict]:
+    """Gromov Fig 3: the healed loss grows more smoothly than the unhealed one, reported as an observation."""
+    out = []
+    for s in j.stacks:
+        for rule in j.params["heal"]["rules"]:
+            h = _nll_curve(j.R, s, rule, True)
+            ctrl = j.R.metric("valid_nll").where(stack=s, healed=True, rule="none").values()
+            u = _nll_curve(j.R, s, rule, False)
+            hn = sorted(n for n in h if n > 0)
+            if len(hn) < 2 or 0 not in u:
+                continue
+            hcurve = [ctrl[0] if ctrl else u[0]] + [h[n] for n in hn]
+            ucurve = [u[0]] + [u[n] for n in hn if n in u]
+            hj, uj = float(np.max(np.diff(hcurve))), float(np.max(np.diff(ucurve)))
+            out.append(check(f"{s}/{rule}: healed loss grows more smoothly than the unhealed loss", None,
+                             f"largest NLL step healed {hj:.3f} vs unhealed {uj:.3f} (healed "
+                             f"{', '.join(f'{v:.2f}' for v in hcurve)}; unhealed "
+                             f"{', '.join(f'{v:.2f}' for v in ucurve)} at n={[0] + hn})",
+                             "healed loss continuous with slow linear growth; unhealed quality falls off a cliff",
+                             undecided_because="an observation, not a test: any fine-tune of a pruned model "
+                             "smooths its loss curve, and the rows hold no equally fine-tuned curve that could "
+                             "make this fail for Gromov's reason"))
+    return out
+
+
+def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
+    """Checks from the measured numbers (each can fail; ``thresholds``: the judge: section of
+    config/claims/layer_pruning.yaml):
+
+    1. Gromov: the argmin block l*(n) of the LM leaves the last layer in place (every n <= L-2).
+    2. ShortGPT: the lowest-BI half of the LM's layers lies in the deeper half.
+    3. The similarity rules (BI, angular) prune better than random: at more than ``beats_random_min_share`` of the
+       removal counts, better than every random draw (ties and results inside the draws' range count against),
+       stacks past the BLEU gate only.
+    4. Collapse point of the angular rule per stack inside the published 20-55% band (Qwen .. Llama-2).
+    5. ShortGPT Table 2: generation collapses at about 27% of layers removed by BI (XSum, from the registry):
+       BLEU below ``collapse.bleu_ratio`` (the measurement's collapse ratio) of the unpruned model at the nearest
+       removal count.
+    6. Healing recovers the pruning damage at every healed removal count: the healed model's NLL gap to the control
+       (the unpruned model fine-tuned with the same steps) is smaller than the unhealed gap to the unpruned model
+       (comparing with the unhealed model alone would credit healing with what any extra fine-tuning gives).
+    7. Gromov Fig 3: the healed loss grows more smoothly than the unhealed one (largest jump smaller): reported as
+       an observation (undecided), since any fine-tune smooths the curve.
+
+    HEADLINE: 2 and 3 ("many deep layers can be dropped": the layers the similarity rules drop are deep and cost
+    less than random ones); the others are secondary. Check 2 needs the low-BI half strictly deeper than the middle
+    and strictly less influential than the rest, so equal BI everywhere never passes.
+    Gates: BLEU-based checks (3-6 on the encoder and decoder) are undecided unless the unpruned model beats the copy
+    baseline on the same test subset by more than ``min_bleu_over_copy`` BLEU: a model that has not learnt to
+    translate cannot lose it. The LM's checks (1-4, 6) are undecided unless its validation NLL lies more than
+    ``min_lm_nats_below_unigram`` nats below the unigram model's (``unigram_ppl`` row). Check 4 is also undecided
+    when a stack has too few layers to place its collapse inside the published band (resolution 100/L % wider than
+    ``max_resolution_percent``).
+    """
+    R, T, params, scale = Rows(rows), thresholds, context["params"], context["scale"]
+    device = context.get("device") or params["device"]  # older measurements recorded no context
+    stacks = [s for s in STACKS if R.metric("n_layers").where(stack=s)]
+    n_layers = {s: int(R.metric("n_layers").where(stack=s).value()) for s in stacks}
+    gates = _gates(R, T, stacks)
+    weak = {s: f"gate '{g['name']}' failed: {g['measured']} (required {g['required']})"
+            for s, g in gates.items() if not g["passed"]}
+    j = _Judging(R, params, T, stacks, n_layers, weak, [g for g in gates.values() if g["name"].startswith("lm:")],
+                 _published())
+    checks = [c for build in (_argmin_checks, _bi_depth_checks, _random_checks, _band_checks, _shortgpt_checks,
+                              _healing_checks, _smoothness_checks) for c in build(j)]
+    return verdict_from_checks(CLAIM, checks, scale, gates=list(gates.values()),
+                               setup=setup_table(CLAIM, this_setup(params, n_layers, device)))
+
+
+def this_setup(params: dict, n_layers: dict, device: str | None = None) -> dict:
+    """This run's side of the "Setup beside the paper" table."""
+    h = params["heal"]
+    src = (f"fairseq checkpoint {params['fairseq_checkpoint']}" if params.get("fairseq_checkpoint") else
+           "the suite's shared translation model and target-side LM")
+    return {"models": f"{src}: " + ", ".join(f"{s} {n} layers" for s, n in n_layers.items()),
+            "quality": f"BLEU on {params['eval']['test_sentences']} test sentences (beside the copy baseline), valid "
+                       f"NLL/perplexity on {params['eval']['valid_sentences']} sentences",
+            "healing": f"full fine-tune, {h['steps']} steps at lr {h['lr']} (not QLoRA), with a control fine-tune of "
+                       "the unpruned model",
+            "hardware": f"device {device or params['device']}"}
+

@@ -1,0 +1,196 @@
+"""The judge of prepost_gradients (Xiong et al., ICML 2020, arXiv 2002.04745, "On Layer Normalization in the
+Transformer Architecture": Fig 3(a,b) per-layer FFN gradient norms at initialization, Post-LN growing toward the
+output and Pre-LN flat; Fig 3(c,d) and Theorem 1, the final W2 gradient's depth exponent, Post-LN ~L^0 and Pre-LN
+~L^-1/2; Lemma 2, the hidden states' expected squared norms): the verdict from the rows
+repro/claims/prepost_gradients.py measured, with the thresholds of the judge: section of
+config/claims/prepost_gradients.yaml. The paper's constants come from the registry (repro/registry/published.yaml).
+"""
+from __future__ import annotations
+
+import math
+
+from repro import registry
+from repro.stats import t_interval
+from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, setup_table, uses,
+                            verdict_from_checks)
+from repro.claims.prepost_gradients import CLAIM, FFN_MATRICES
+
+
+# ------------------------------------------------------------------------------------------------ verdict
+def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
+    """Checks, each decided by a 95% interval and strict at its edges (an interval touching a threshold, or NaN, is
+    undecided or fails, never holds); the paper's constants are read from the registry
+    (repro/registry/published.yaml), the tolerances around them from ``thresholds`` (the judge: section of
+    config/claims/prepost_gradients.yaml):
+
+    - Fig 3(a,b), each norm kind, encoder and decoder FFN W1 and W2 (95% t-interval over seeds): Post-LN's slope of
+      ln(norm) per layer above ``grow_slope_min`` (grows toward the output) and Pre-LN's slope inside
+      +-``flat_ratio_max`` x Post-LN's ("roughly flat": holds when Pre-LN's interval lies inside the band built on
+      Post-LN's lower bound, fails when it lies outside the band built on Post-LN's upper bound). HEADLINE:
+      LayerNorm, decoder, W2 (Xiong's Fig 3, "Post-LN has large gradients near the output"); the rest secondary.
+    - Fig 3(c,d) full model and the Theorem 1 simplified setting: the Post-LN final-W2 depth exponent inside
+      Theorem 1's exponent (``thm1_postln_depth_exponent``, L^0) +-``flat_depth_exponent_max``, Pre-LN's inside
+      ``thm1_preln_depth_exponent`` (-1/2) +-``exponent_tolerance``, and the Pre/Post ratio's inside
+      ``thm1_preln_over_postln_depth_exponent`` +-``exponent_tolerance`` (HEADLINE for Fig 3(c,d)).
+    - Lemma 2 (Monte Carlo; the rows' spread is the standard error of the mean over samples, the interval the 95%
+      t-interval of that mean): Post-LN E||x^{post,5}||^2/d inside ``lemma2_postln_sq_norm_over_d`` (3/2) x
+      (1 +- ``lemma2_rel_tol``) at every layer; Pre-LN inside [a + b l, a' + b' l] from ``lemma2_preln_sq_norm_lower``
+      / ``_upper`` (1 + l/2, 1 + 3l/2) at every layer. Holds when every layer's interval lies inside, fails when one
+      lies wholly outside, undecided otherwise (noise never widens the tolerance).
+    """
+    R, T, params = Rows(rows), thresholds, context["params"]
+    checks = [*_layer_slope_checks(R, params["norms"], T), *_depth_exponent_checks(R, T),
+              *_lemma2_postln_checks(R, T), *_lemma2_preln_checks(R), *_absolute_norm_checks(R)]
+    return verdict_from_checks(CLAIM, checks, context["scale"],
+                               setup=setup_table(CLAIM, this_setup(params, context.get("device"))))
+
+
+def _paper(key: str):
+    return registry.published(CLAIM, key)["value"]
+
+
+def _ci(r: dict) -> tuple[float, float]:
+    """95% t-interval of a seed-mean row (spread is the seeds' std)."""
+    return t_interval(r["value"], r["spread"], r["n"])
+
+
+def _txt(r: dict) -> str:
+    lo, hi = _ci(r)
+    return f"{r['value']:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def _se_interval(r: dict) -> tuple[float, float]:
+    """95% t-interval of a Monte Carlo mean whose spread is its standard error."""
+    if r["spread"] is None or r["n"] is None:
+        return -math.inf, math.inf
+    return t_interval(r["value"], r["spread"] * math.sqrt(r["n"]), r["n"])
+
+
+def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
+    """Fig 3(a,b) per norm kind, stack and FFN matrix: Post-LN grows with the layer, Pre-LN roughly flat."""
+    checks = []
+    slopes = R.metric("ffn_grad_log_slope_per_layer")
+    for norm in norms:
+        for stack in ("decoder", "encoder"):
+            for matrix in FFN_MATRICES:
+                post = slopes.where(norm=norm, position="post", stack=stack, matrix=matrix).first()
+                pre = slopes.where(norm=norm, position="pre", stack=stack, matrix=matrix).first()
+                if not (post and pre):
+                    continue
+                (plo, phi), (qlo, qhi) = _ci(post), _ci(pre)
+                narrow, wide = c["flat_ratio_max"] * max(plo, 0.0), c["flat_ratio_max"] * max(phi, 0.0)
+                flat = True if decide_within(qlo, qhi, -narrow, narrow) else \
+                    False if decide_within(qlo, qhi, -wide, wide) is False else None
+                ok = both(decide_interval(plo, phi, above=c["grow_slope_min"]), flat)
+                checks.append(check(
+                    f"Fig 3(a,b) {norm} {stack} {matrix}: Post grows with layer, Pre flat", ok,
+                    f"slope of ln(norm) per layer: post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
+                    f"{int(post['n'])} seeds)",
+                    f"post > {c['grow_slope_min']}; |pre| < {c['flat_ratio_max']} x post",
+                    headline=norm == "layernorm" and stack == "decoder" and matrix == "ffn.fc2",
+                    interval=f"95% t-interval over {int(post['n'])} seeds (strict at the edges)",
+                    undecided_because=f"a 95% interval straddles or touches its threshold ({int(post['n'])} seeds)",
+                    numbers=numbers(post["value"], "Post-LN d ln|grad| / layer", lo=plo, hi=phi,
+                                    paper_text=f"> {c['grow_slope_min']} (grows; Pre-LN flat)"),
+                    thresholds=uses(c, "grow_slope_min", "flat_ratio_max")))
+    return checks
+
+
+def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
+    """Fig 3(c,d) and the Theorem 1 setting: the final-W2 depth exponents of Post-LN, Pre-LN and their ratio."""
+    tol, flat_tol = c["exponent_tolerance"], c["flat_depth_exponent_max"]
+    e_post, e_pre = _paper("thm1_postln_depth_exponent"), _paper("thm1_preln_depth_exponent")
+    e_ratio = _paper("thm1_preln_over_postln_depth_exponent")
+    checks = []
+    for prefix, label in (("fig3", "Fig 3(c,d) full model"), ("thm1", "Theorem 1 simplified setting")):
+        ratio = R.metric(f"{prefix}_depth_exponent_ratio").where(norm="layernorm").first()
+        post = R.metric(f"{prefix}_depth_exponent_post").where(norm="layernorm").first()
+        pre = R.metric(f"{prefix}_depth_exponent_pre").where(norm="layernorm").first()
+        if not ratio:
+            continue
+        why = f"the 95% interval overlaps or touches the edge of the band ({int(ratio['n'])} seeds)"
+        if post and pre:
+            ok = both(decide_within(*_ci(post), e_post - flat_tol, e_post + flat_tol),
+                      decide_within(*_ci(pre), e_pre - tol, e_pre + tol))
+            checks.append(check(f"{label}: Post-LN final W2 grad flat in depth (~L^{e_post:g}), Pre-LN ~L^{e_pre:g}",
+                                ok, f"d ln(norm)/d ln(L): post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
+                                f"{int(pre['n'])} seeds)",
+                                f"post {e_post:g} +- {flat_tol}; pre {e_pre:g} +- {tol} (Theorem 1)",
+                                interval="95% t-interval over seeds (strict at the edges)", undecided_because=why,
+                                thresholds=uses(c, "flat_depth_exponent_max", "exponent_tolerance")))
+        checks.append(check(f"{label}: depth exponent of the Pre/Post ratio",
+                            decide_within(*_ci(ratio), e_ratio - tol, e_ratio + tol),
+                            f"{_txt(ratio)} (mean [95% CI], {int(ratio['n'])} seeds)",
+                            f"{e_ratio:g} (Theorem 1, 1/sqrt(L)) +- {tol}", headline=prefix == "fig3",
+                            interval="95% t-interval over seeds (strict at the edges)", undecided_because=why,
+                            numbers=numbers(ratio["value"], "depth exponent", lo=_ci(ratio)[0], hi=_ci(ratio)[1],
+                                            paper=e_ratio, compare="difference"),
+                            thresholds=uses(c, "exponent_tolerance")))
+    return checks
+
+
+def _lemma2_postln_checks(R: Rows, c: dict) -> list[dict]:
+    """Lemma 2, Post-LN: E||x^{post,5}||^2 = 3d/2 at every layer, within ``lemma2_rel_tol``."""
+    post5 = R.metric("lemma2_postln_sq_norm_over_d").measured()
+    if not post5:
+        return []
+    target = _paper("lemma2_postln_sq_norm_over_d")
+    band = (target * (1 - c["lemma2_rel_tol"]), target * (1 + c["lemma2_rel_tol"]))
+    ivs = [_se_interval(r) for r in post5]
+    return [check(f"Lemma 2 Post-LN: E||x^{{post,5}}||^2 = {target:g} d at every layer",
+                  both(*(decide_within(lo, hi, *band) for lo, hi in ivs)),
+                  ", ".join(f"{r['value']:.3f} [{lo:.3f}, {hi:.3f}]" for r, (lo, hi) in zip(post5, ivs))
+                  + f" (x d; mean [95% CI], {int(post5[0]['n'] or 0)} samples)",
+                  f"{target:g} x d (Lemma 2), inside {band[0]:.3f}..{band[1]:.3f} (+-{c['lemma2_rel_tol']:g} "
+                  "relative)", interval="95% t-interval of each layer's Monte Carlo mean, inside the band",
+                  undecided_because="a layer's 95% interval overlaps the edge of the tolerance band",
+                  thresholds=uses(c, "lemma2_rel_tol"))]
+
+
+def _lemma2_preln_checks(R: Rows) -> list[dict]:
+    """Lemma 2, Pre-LN: (1 + l/2) d <= E||x_l||^2 <= (1 + 3l/2) d at every layer l."""
+    pre_l = R.metric("lemma2_preln_sq_norm_over_d").measured()
+    if not pre_l:
+        return []
+    (a0, b0), (a1, b1) = _paper("lemma2_preln_sq_norm_lower"), _paper("lemma2_preln_sq_norm_upper")
+    ivs = [_se_interval(r) for r in pre_l]
+    ok = both(*(decide_within(lo, hi, a0 + b0 * r["sweep"]["layer"], a1 + b1 * r["sweep"]["layer"])
+                for r, (lo, hi) in zip(pre_l, ivs)))
+    return [check(f"Lemma 2 Pre-LN: ({a0:g} + {b0:g} l) d <= E||x_l||^2 <= ({a1:g} + {b1:g} l) d", ok,
+                  ", ".join(f"l={r['sweep']['layer']}: {r['value']:.2f} [{lo:.2f}, {hi:.2f}]"
+                            for r, (lo, hi) in zip(pre_l, ivs)) + " (x d; mean [95% CI])",
+                  f"between {a0:g} + {b0:g} l and {a1:g} + {b1:g} l (Lemma 2)",
+                  interval="95% t-interval of each layer's Monte Carlo mean, inside the bounds",
+                  undecided_because="a layer's 95% interval overlaps a bound")]
+
+
+def _absolute_norm_checks(R: Rows) -> list[dict]:
+    """Post-LN's absolute final-W2 gradient norm beside the paper's: reported, not judged (it depends on the
+    vocabulary, the data and the loss normalisation)."""
+    post_abs = R.metric("final_w2_grad_norm_mean").where(position="post", norm="layernorm")
+    if not post_abs:
+        return []
+    return [check("Fig 3(c,d) Post-LN final W2 gradient norm (absolute; informational)", None,
+                  ", ".join(f"{r['sweep']['depth']}-{r['sweep']['depth']}: {r['value']:.3g}" for r in post_abs),
+                  f"around {_paper('fig3_postln_final_w2_grad_norm'):g} (IWSLT14 vocabulary and batches)",
+                  undecided_because="reported, not judged: the absolute norm depends on the vocabulary, "
+                                    "the batches and the loss normalisation")]
+
+
+def this_setup(params: dict, device: str | None = None) -> dict:
+    """This run's side of the "Setup beside the paper" table, from its parameters and the device the measurement
+    recorded (its ``device`` parameter for measurements that did not record one)."""
+    m, d, t = params["model"], params["data"], params["theorem1"]
+    return {
+        "model": f"{params['per_layer_depth']}+{params['per_layer_depth']} Transformer, d {m['d_model']}, FFN "
+                 f"{m['d_ff']}, {m['n_heads']} heads; depth sweep {params['depths'][0]}-{params['depths'][-1]}; "
+                 f"norms {', '.join(params['norms'])}",
+        "data": f"{d['corpus']} ({d['direction']}, sentencepiece vocabulary {d['vocab_size']}), {d['n_batches']} "
+                f"batch(es) of <= {d['max_tokens']} tokens" if not d.get("data_bin") else f"data-bin {d['data_bin']}",
+        "init": params["init"],
+        "seeds": f"{len(params['seeds'])} ({len(t['seeds'])} for the Theorem 1 setting, d {t['d_model']}, depths "
+                 f"{t['depths']})",
+        "measured at": "initialisation (no training)",
+        "precision": "fp32",
+        "device": str(device or params.get("device")),
+    }

@@ -1,0 +1,32 @@
+"""The translation benchmark's judge: the shared model's own target (not a paper's number).
+
+Test BLEU at least ``target_bleu`` from a model of at least ``min_encoder_layers`` encoder layers and ``min_heads``
+heads per layer, beside the copy-the-source baseline; tiny scale is not_applicable (plumbing only).
+"""
+from __future__ import annotations
+
+from repro.verdicts import Rows, check, numbers, uses, verdict_from_checks
+
+CLAIM = "translation"
+
+
+def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
+    T = thresholds
+    summary = context
+    test = Rows(rows).where(split="test")
+    test_bleu, copy = test.metric("bleu").value(), test.metric("bleu_copy_baseline").value()
+    target = T["target_bleu"]
+    checks = [
+        check("test BLEU reaches the target", test_bleu >= target,
+              f"{test_bleu:.2f} after {summary['train_minutes']:.1f} min ({summary['steps']} updates)",
+              f">= {target} (the suite's target, not a paper's number)", headline=True,
+              numbers=numbers(test_bleu, "test BLEU", paper_text=f"target >= {target:g} (the suite's); copy "
+                              f"baseline {copy:.1f}"), thresholds=uses(T, "target_bleu")),
+        check("model size as required",
+              summary["encoder_layers"] >= T["min_encoder_layers"] and summary["heads"] >= T["min_heads"],
+              f"{summary['encoder_layers']} encoder layers, {summary['heads']} heads",
+              f">= {T['min_encoder_layers']} layers, >= {T['min_heads']} heads",
+              thresholds=uses(T, "min_encoder_layers", "min_heads")),
+        check("beats the copy baseline", test_bleu > copy, f"{test_bleu:.2f} vs copy {copy:.2f}", "model > copy"),
+    ]
+    return verdict_from_checks(CLAIM, checks, context["scale"])

@@ -1,0 +1,323 @@
+"""The judge of C3 warmup_stability (Xiong et al. 2020, Fig. 2 and Sec. 3.2: Post-LN needs learning-rate warm-up,
+Pre-LN does not; Nguyen & Salazar 2019, Table 5: PreNorm with ScaleNorm + FixNorm trains without warm-up where
+PostNorm fails as the stack deepens): the verdict from the runs repro/claims/warmup_stability.py trained, with the
+thresholds of the judge: section of config/claims/warmup_stability.yaml (NLL gaps in nats, the learned-control
+gates).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from repro import registry
+from repro.stats import sample_interval
+from repro.verdicts import Rows, both, check, decide_interval, gate, gated, numbers, setup_table, uses, verdict_from_checks
+from repro.claims.warmup_stability import CLAIM, warmup_lengths
+
+
+# ---------------------------------------------------------------------------------------------------------- verdict
+def _runs(rows: list[dict]) -> dict[str, dict]:
+    """run name -> {sweep..., metric: value}, for the training runs (not the data rows)."""
+    out: dict[str, dict] = {}
+    for r in Rows(rows).having("norm"):
+        d = out.setdefault(r["sweep"]["run"], {"seed": 0, **r["sweep"]})
+        d[r["metric"]] = r["value"]
+    return out
+
+
+def _data(rows: list[dict]) -> dict[str, float]:
+    return {r["metric"]: r["value"] for r in Rows(rows).where(run="data")}
+
+
+def _cfg_key(d: dict) -> tuple:
+    return (d["norm"], d["position"], bool(d["fixnorm"]), int(d["layers"]), float(d["lr"]), int(d["warmup"]))
+
+
+class Grid:
+    """The runs by configuration and seed, with the NLL each counts with (a diverged run or one without a finite
+    validation NLL counts as the unigram entropy ``H``: it learned nothing)."""
+
+    def __init__(self, rows: list[dict], H: float):
+        self.H = H
+        self.by: dict[tuple, dict[int, dict]] = {}
+        for d in _runs(rows).values():
+            self.by.setdefault(_cfg_key(d), {})[int(d["seed"])] = d
+
+    def get(self, norm="layernorm", position="pre", fixnorm=False, layers=6, lr=1e-3, warmup=0) -> dict[int, dict]:
+        for k, v in self.by.items():
+            if k[:4] == (norm, position, fixnorm, layers) and math.isclose(k[4], lr) and k[5] == warmup:
+                return v
+        return {}
+
+    def layernorm(self, position: str, layers: int, lr: float, warmup: int = 0) -> dict[int, dict]:
+        """The LayerNorm (no FixNorm) runs of one configuration, by seed."""
+        return self.get("layernorm", position, False, layers, lr, warmup)
+
+    def nll(self, d: dict) -> float:
+        v = d.get("final_valid_nll")
+        bad = d.get("diverged") or v is None or not math.isfinite(v)
+        return self.H if bad else float(v)
+
+    def paired(self, a: dict[int, dict], b: dict[int, dict]) -> list[float]:
+        """Per-seed NLL(a) - NLL(b) over the seeds both configurations ran."""
+        return [self.nll(a[s]) - self.nll(b[s]) for s in sorted(set(a) & set(b))]
+
+    def describe(self, runs: dict[int, dict]) -> str:
+        """'valid NLL m +- sd, BLEU m +- sd (k/n diverged)' over the seeds."""
+        nll = [self.nll(d) for d in runs.values()]
+        bleu = [d.get("bleu", math.nan) for d in runs.values()]
+        div = sum(bool(d.get("diverged")) for d in runs.values())
+        return (f"valid NLL {_ms(nll)}, BLEU {_ms(bleu, 2)}" + (f" ({div}/{len(runs)} diverged)" if div else ""))
+
+
+def _ms(xs: list[float], nd: int = 3) -> str:
+    """'mean +- sd' (sample standard deviation over seeds; just the value for one seed)."""
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return "n/a"
+    m, _, _, sd = sample_interval(xs)
+    return f"{m:.{nd}f}" if len(xs) < 2 else f"{m:.{nd}f} +- {sd:.{nd}f}"
+
+
+def _ci(xs: list[float]) -> str:
+    m, lo, hi, _ = sample_interval(xs)
+    return f"mean {m:+.3f} nats, 95% t-interval [{lo:+.3f}, {hi:+.3f}] over {len(xs)} paired seeds"
+
+
+def _decide(xs: list[float], **side) -> tuple[bool | None, str | None]:
+    """decide_interval on the 95% t-interval of the mean of ``xs``, with the reason when undecided."""
+    if len(xs) < 2:
+        return None, f"{len(xs)} paired seed(s): no spread to decide by (needs >= 2)"
+    _, lo, hi, _ = sample_interval(xs)
+    passed = decide_interval(lo, hi, **side)
+    if passed is None:
+        edge = side.get("above", side.get("below"))
+        return None, (f"the 95% interval [{lo:+.3f}, {hi:+.3f}] straddles the threshold {edge:+.3f}: too few seeds "
+                      "or too much spread")
+    return passed, None
+
+
+def _check(name: str, xs: list[float], side: dict, measured: str, expected: str, headline=False,
+           paper_text: str | None = None, thresholds: dict | None = None) -> dict:
+    """A check on the paired per-seed NLL gaps ``xs``; ``paper_text`` (headline checks): the paper's numbers beside
+    the mean gap in the headline tables."""
+    passed, because = _decide(xs, **side)
+    nums = None
+    if paper_text is not None and xs:
+        mean, lo, hi = (sample_interval(xs)[:3] if len(xs) >= 2 else (sum(xs) / len(xs), None, None))
+        nums = numbers(mean, "nats (no warm-up - warm-up)", lo=lo, hi=hi, paper_text=paper_text)
+    return check(name, passed, measured, expected, headline=headline,
+                 interval=_ci(xs) if len(xs) >= 2 else None, undecided_because=because, numbers=nums,
+                 thresholds=thresholds)
+
+
+def gates(g: Grid, params: dict, v: dict, copy_bleu: float | None) -> list[dict]:
+    """The warm-up controls (Post-LN and Pre-LN, longest warm-up, highest lr, main depth) learned: NLL clearly below
+    the unigram entropy, BLEU clearly above the copy baseline (see the module docstring); ``v``: the thresholds."""
+    L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
+    controls = {pos: g.get("layernorm", pos, False, L, hi, w) for pos in ("post", "pre")}
+    need = g.H - v["gate_nats"]
+    ok, parts = math.isfinite(g.H), [] if math.isfinite(g.H) else ["unigram entropy not recorded by this run"]
+    for pos, runs in controls.items():
+        xs = [g.nll(d) for d in runs.values()]
+        if not xs:
+            ok, parts = False, parts + [f"{pos}-LN + warm-up {w}: missing"]
+            continue
+        worst = max(xs)
+        ok = ok and worst < need
+        parts.append(f"{pos}-LN + warm-up {w}: valid NLL {_ms(xs)} (worst seed {worst:.3f})")
+    out = [gate("warm-up controls learned (valid NLL vs unigram entropy)", ok,
+                "; ".join(parts) + f"; unigram entropy of the training targets {g.H:.3f} nats",
+                f"every seed of each control below {need:.3f} nats (entropy - {v['gate_nats']} nats), lr {hi:g}",
+                thresholds=uses(v, "gate_nats"))]
+    # the BLEU gate is on at every scale (a judge rule): a control that translates worse than copying the source
+    # has not learned to translate, whatever its NLL; ``gate_bleu`` is the margin above the copy baseline
+    margin = float(v["gate_bleu"])
+    ok, parts = copy_bleu is not None and math.isfinite(copy_bleu), []
+    for pos, runs in controls.items():
+        bl = [d.get("bleu", math.nan) for d in runs.values()]
+        bl = [x if x is not None else math.nan for x in bl]
+        m = sum(bl) / len(bl) if bl else math.nan
+        ok = ok and bool(bl) and math.isfinite(m) and m > (copy_bleu or 0) + margin
+        parts.append(f"{pos}-LN + warm-up {w}: BLEU {_ms(bl, 2)}")
+    out.append(gate("warm-up controls translate (greedy BLEU vs copying the source)", ok,
+                    "; ".join(parts) + (f"; copy-the-source baseline {copy_bleu:.2f} on the same sentences"
+                                        if copy_bleu is not None else "; copy baseline not recorded"),
+                    f"mean BLEU of each control > copy baseline + {margin:g} BLEU", thresholds=uses(v, "gate_bleu")))
+    return out
+
+
+def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
+    """This run's side of the "Setup beside the paper" table, from the config and the data rows."""
+    m, tr, b = params["model"], params["training"], params["model"]["block"]
+    L = m["n_encoder_layers"]
+    t = params.get("translation") or {}
+    c = t.get("corpus") or {}
+    corpus = f"{c.get('path', 'the translation corpus')} ({c.get('direction', '?')})"
+    pairs = data.get("train_pairs")
+    sn = params["scalenorm_fixnorm"]
+    own = " (this claim's own)" if params.get("vocab_size") else ""
+    return {
+        "model": (f"Transformer encoder-decoder {L}+{L} layers, d {b['d_model']}, FFN {b['d_ff']}, {b['n_heads']} "
+                  f"heads, dropout {b.get('dropout', 0)}, tied embeddings, fairseq (Xavier) init; depth sweep "
+                  f"{sorted(set(params['depth']['layers']) | {L})} layers"),
+        "data": (f"{corpus}, {int(pairs) if pairs else '?'} training pairs of <= {tr['max_len']} pieces, "
+                 f"{int(data['vocab_size']) if data.get('vocab_size') else '?'}-piece vocabulary{own}; valid NLL on "
+                 f"{params['eval'].get('valid_sentences') or 'all'} pairs, greedy BLEU on "
+                 f"{params['eval']['test_sentences']} test sentences"),
+        "steps": f"{tr['max_steps']} updates of <= {tr['max_tokens']} padded tokens per run",
+        "learning rates": (f"{', '.join(f'{x:g}' for x in params['lrs'])} (Adam {tuple(tr['betas'])}, label "
+                           f"smoothing {tr.get('label_smoothing', 0)}); ScaleNorm+FixNorm "
+                           f"{', '.join(f'{x:g}' for x in sn['lrs']) if sn['enabled'] else 'not run'}"),
+        "warm-up": (f"linear {', '.join(map(str, warmup_lengths(params)))} updates then inverse-sqrt decay, vs none "
+                    + (f"(the peak lr from the first update, the same decay after update {data['no_warmup_decay_from']})"
+                       if data.get("no_warmup_decay_from") else "(constant lr, no decay)")),
+        "schedule difference": ("none: both arms share one inverse-sqrt decay; only the warm-up ramp differs"
+                                if data.get("no_warmup_decay_from") else
+                                "measured with the warm-up arm decaying (inverse_sqrt after its warm-up) while the "
+                                "no-warm-up arm kept a constant lr, unlike the papers' one decay schedule for both "
+                                "arms: the paired no-warm-up minus warm-up gap mixes 'no warm-up' with 'no decay'"),
+        "seeds": (f"{len(seeds)} per configuration ({', '.join(map(str, seeds))}), compared paired, 95% t-intervals"
+                  if len(seeds) > 1 else f"{len(seeds)} (no spread: no check can be decided)"),
+        "precision": "fp32",
+        "hardware": (f"{params.get('device', 'cpu')} (the machine: the verdict line above), "
+                     + (f"{params['workers']} runs at once, one torch thread each" if (params.get("workers") or 1) > 1
+                        else f"{torch.get_num_threads()} torch threads")),
+    }
+
+
+def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
+    """Verdict from the measured runs: the gates, headline and secondary checks of the module docstring. Rows
+    measured before both arms shared one decay (no ``no_warmup_decay_from`` row) say on the page that the paired gap
+    mixes 'no warm-up' with 'no decay'. Paper numbers in the checks come from the registry."""
+    params, scale, T = context["params"], context["scale"], thresholds
+    data = _data(rows)
+    H = data.get("unigram_entropy")
+    if H is None or not math.isfinite(H):  # measured before the gate existed (--rejudge of an old run)
+        H = math.nan
+    g = Grid(rows, H)
+    same_decay = bool(data.get("no_warmup_decay_from"))
+    checks = [_post_needs_warmup_check(g, params, T, same_decay), *_pre_without_warmup_checks(g, params, T),
+              _pre_beats_post_check(g, params, T), *_scalenorm_checks(g, params, T),
+              *_depth_trend_checks(g, params, T)]
+    gs = gates(g, params, T, _copy_bleu(g))
+    checks = [gated(c, gs) for c in checks]
+    seeds = sorted({s for runs in g.by.values() for s in runs})
+    return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, seeds)),
+                               meaning=_meaning(scale, len(seeds), max(params["lrs"]), same_decay))
+
+
+def _pub(key: str):
+    return registry.published(CLAIM, key)["value"]
+
+
+def _copy_bleu(g: Grid) -> float | None:
+    """The copy-the-source BLEU on the test subset (the same sentences for every run): the first run's."""
+    copies = [d.get("bleu_copy_baseline") for runs in g.by.values() for d in runs.values()
+              if d.get("bleu_copy_baseline") is not None]
+    return copies[0] if copies else None
+
+
+def _post_needs_warmup_check(g: Grid, params: dict, T: dict, same_decay: bool) -> dict:
+    """Headline, first half of the contrast: Post-LN's no-warm-up minus warm-up NLL gap above ``post_gap_nats`` at
+    the highest learning rate."""
+    L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
+    gap = T["post_gap_nats"]
+    post_w, post_n = g.layernorm("post", L, hi, w), g.layernorm("post", L, hi)
+    return _check(f"Post-LN needs warm-up at lr {hi:g}", g.paired(post_n, post_w), {"above": gap},
+                  f"no warm-up {g.describe(post_n)} vs warm-up {w}: {g.describe(post_w)}",
+                  f"no-warm-up NLL higher by > {gap} nats (or diverged) (Xiong Fig. 2, Adam lr "
+                  f"{' / '.join(f'{x:g}' for x in _pub('xiong_adam_lrs'))}: {_pub('xiong_postln_no_warmup_bleu')} "
+                  f"without vs ~{_pub('xiong_postln_warmup_bleu'):g} BLEU with warm-up "
+                  f"{max(_pub('xiong_warmup_steps'))}; warm-up {min(_pub('xiong_warmup_steps'))} at lr "
+                  f"{max(_pub('xiong_adam_lrs')):g}: {_pub('xiong_postln_warmup500_lr1e3_bleu')} BLEU)"
+                  + ("" if same_decay else "; the no-warm-up arm also has no decay (setup)"), headline=True,
+                  paper_text=f"{_pub('xiong_postln_no_warmup_bleu')} vs ~{_pub('xiong_postln_warmup_bleu'):g} BLEU",
+                  thresholds=uses(T, "post_gap_nats"))
+
+
+def _pre_without_warmup_checks(g: Grid, params: dict, T: dict) -> list[dict]:
+    """Pre-LN's no-warm-up minus warm-up gap below ``pre_tolerance_nats`` at each learning rate, highest first (the
+    headline's second half; the other learning rates secondary)."""
+    L, lrs, w = params["model"]["n_encoder_layers"], sorted(params["lrs"]), warmup_lengths(params)[0]
+    tol = T["pre_tolerance_nats"]
+    hi, checks = lrs[-1], []
+    for lr in [hi] + [x for x in reversed(lrs) if x != hi]:
+        a, b = g.layernorm("pre", L, lr, w), g.layernorm("pre", L, lr)
+        checks.append(_check(f"Pre-LN trains without warm-up at lr {lr:g}", g.paired(b, a), {"below": tol},
+                             f"no warm-up {g.describe(b)} vs warm-up {w}: {g.describe(a)}",
+                             f"no-warm-up NLL within {tol} nats of warm-up (Xiong Sec. 3.2)", headline=lr == hi,
+                             paper_text="trains without warm-up" if lr == hi else None,
+                             thresholds=uses(T, "pre_tolerance_nats")))
+    return checks
+
+
+def _pre_beats_post_check(g: Grid, params: dict, T: dict) -> dict:
+    """Secondary: without warm-up, Post-LN's NLL above Pre-LN's by ``post_gap_nats`` at the highest learning rate."""
+    L, hi, gap = params["model"]["n_encoder_layers"], max(params["lrs"]), T["post_gap_nats"]
+    post_n, pre_n = g.layernorm("post", L, hi), g.layernorm("pre", L, hi)
+    return _check(f"without warm-up Pre-LN beats Post-LN at lr {hi:g}", g.paired(post_n, pre_n), {"above": gap},
+                  f"Post-LN {g.describe(post_n)} vs Pre-LN {g.describe(pre_n)}",
+                  f"Post-LN NLL higher by > {gap} nats (Xiong Fig. 2)", thresholds=uses(T, "post_gap_nats"))
+
+
+def _scalenorm_checks(g: Grid, params: dict, T: dict) -> list[dict]:
+    """Secondary (Nguyen & Salazar): PreNorm + ScaleNorm + FixNorm without warm-up within ``fail_margin_nats`` of
+    the Pre-LN warm-up control, per learning rate."""
+    L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
+    margin = T["fail_margin_nats"]
+    checks = []
+    for lr, runs in [(k[4], runs) for k, runs in sorted(g.by.items()) if k[0] == "scalenorm" and k[2]]:
+        ref = g.layernorm("pre", L, lr, w) or g.layernorm("pre", L, hi, w)
+        checks.append(_check(f"PreNorm + ScaleNorm + FixNorm trains without warm-up at lr {lr:g}", g.paired(runs, ref),
+                             {"below": margin},
+                             f"{g.describe(runs)} vs Pre-LN (LayerNorm) with warm-up {w}: {g.describe(ref)}",
+                             f"NLL within {margin} nats of the Pre-LN warm-up control "
+                             "(Nguyen & Salazar: trains without warm-up)", thresholds=uses(T, "fail_margin_nats")))
+    return checks
+
+
+def _depth_trend_checks(g: Grid, params: dict, T: dict) -> list[dict]:
+    """Secondary (Nguyen & Salazar Table 5): without warm-up, Post-LN's gap to Pre-LN above ``post_gap_nats`` at the
+    deepest stack and larger there than at the shallowest (paired by seed); none with fewer than two depths."""
+    gap, dl = T["post_gap_nats"], params["depth"]["lr"]
+    depths = sorted({k[3] for k in g.by if k[0] == "layernorm" and k[5] == 0 and math.isclose(k[4], dl)})
+    trend = [(D, g.layernorm("post", D, dl), g.layernorm("pre", D, dl)) for D in depths]
+    trend = [(D, po, pr) for D, po, pr in trend if po and pr]
+    if len(trend) < 2:
+        return []
+    (D0, po0, pr0), (D1, po1, pr1) = trend[0], trend[-1]
+    g0, g1 = g.paired(po0, pr0), g.paired(po1, pr1)
+    seeds = sorted(set(po0) & set(pr0) & set(po1) & set(pr1))
+    growth = [(g.nll(po1[s]) - g.nll(pr1[s])) - (g.nll(po0[s]) - g.nll(pr0[s])) for s in seeds]
+    p_deep, why_deep = _decide(g1, above=gap)
+    p_grow, why_grow = _decide(growth, above=0.0)
+    return [check(
+        f"no warm-up: Post-LN fails at {D1}+{D1} layers where Pre-LN trains, more than at {D0}+{D0}",
+        both(p_deep, p_grow),
+        "; ".join(f"{D}+{D} layers: Post {g.describe(po)}, Pre {g.describe(pr)}" for D, po, pr in trend)
+        + f"; Post - Pre gap {_ms(g1)} at {D1} vs {_ms(g0)} at {D0} layers",
+        f"Post - Pre NLL gap > {gap} nats at the main depth and larger than at the shallowest (Nguyen & Salazar "
+        f"Table 5, {registry.published(CLAIM, 'nguyen_no_warmup_postnorm_dev_bleu')['setup']}: PostNorm "
+        f"{' / '.join('fails' if x is None else f'{x:g}' for x in _pub('nguyen_no_warmup_postnorm_dev_bleu'))} "
+        f"vs PreNorm {' / '.join(f'{x:g}' for x in _pub('nguyen_no_warmup_prenorm_dev_bleu'))} BLEU)",
+        interval=(f"deepest gap: {_ci(g1)}; growth: {_ci(growth)}" if len(g1) >= 2 and len(growth) >= 2
+                  else None),
+        undecided_because="; ".join(x for x in (why_deep, why_grow) if x) or None,
+        thresholds=uses(T, "post_gap_nats"))]
+
+
+def _meaning(scale: str, n_seeds: int, hi: float, same_decay: bool) -> str:
+    """The page's "What this verdict means" line."""
+    return (f"At the {scale} scale with the setup above, over {n_seeds} seed(s): reproduced = both "
+            f"warm-up controls learned (gates), Post-LN without warm-up ended clearly worse than with it at lr "
+            f"{hi:g} while Pre-LN without warm-up did not (95% intervals of the paired per-seed NLL gaps), and "
+            f"every decided secondary check held; partially = that contrast held and a secondary failed; "
+            f"not_reproduced = a half of the contrast failed with its interval; inconclusive = a control did not "
+            f"learn or an interval straddles its threshold. "
+            + ("Both arms share one decay schedule, so each gap is the warm-up alone. " if same_decay else
+               "The no-warm-up arm also kept a constant lr while the warm-up arm decayed, so each gap mixes "
+               "'no warm-up' with 'no decay' (setup). ")
+            + "A small model and a short run, not the paper's scale.")
+

@@ -1,0 +1,129 @@
+"""Judging stored measurements: the one path from a claim's rows to its verdict.json (docs/verdicts.md).
+
+``judge_stored`` reads a measurement (metrics.csv, config.json, measured.json), imports the claim's judge
+(``repro.judges.<id>``, by name: no measurement imports its judge) and calls it with one signature,
+``judge(rows, thresholds, context)``: ``thresholds`` are the CURRENT ``judge:`` part of config/claims/<id>.yaml (or
+what the workflow passes, overrides applied), never values stored with the measurement; ``context`` is
+:func:`judge_context`. ``rejudge`` writes verdict.json with the thresholds used. The claims' command line
+(repro.claims._cli: ``--rejudge``, and judging after measuring), the translation benchmark (repro.train.evaluate)
+and the tests use it. Judge-side (repro.provenance.JUDGE_SIDE).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from repro import config, provenance
+from repro.cli import load_json_option
+from repro.io import read_metrics, write_verdict
+
+log = logging.getLogger("repro")
+
+
+def load_thresholds(parser, claim: str, scale: str, text: str | None) -> dict:
+    """The judge's thresholds: ``--thresholds`` JSON (what the workflow passes, overrides applied) checked against
+    the schema's ``judge`` part, or the ``judge:`` part of config/claims/<claim>.yaml at ``scale``."""
+    return load_json_option(parser, "--thresholds", text, lambda t: config.validate_thresholds(claim, scale, t),
+                            lambda: config.thresholds(claim, scale))
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def rejudge(claim: str, out: Path, scale: str, thresholds: dict | None = None, judge_key: str | None = None) -> dict:
+    """Judge a stored measurement with the current judge and ``thresholds`` (default: the ``judge:`` part of
+    config/claims/<claim>.yaml at that scale): the workflow's claim_verdict job, or by hand after changing a judge or
+    a threshold. The measurement's parameters come from its config.json (they describe what was measured).
+    metrics.csv, fingerprint.json and measured.json are kept as they are; verdict.json records the thresholds used,
+    the measurement's commit and time and the judging's (``provenance``), and ``rejudged`` when it replaces an
+    earlier judgement of the same measurement."""
+    out = Path(out)
+    thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
+    verdict, measured, stored = judge_stored(claim, out, scale, thresholds)
+    old = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else None
+    if judge_key is None and claim == "translation":  # the translation benchmark: a shared artefact's job
+        judge_key = provenance.artefact_keys("translation_evaluate", stored["config"], thresholds)["judge"]
+    elif judge_key is None:
+        judge_key = provenance.claim_keys(claim, stored["config"], tuple((measured.get("keys") or {}).get("needs") or ()),
+                                          thresholds)["judge"]
+    extra = {"runtime_s": measured.get("runtime_s"), "thresholds": thresholds}
+    if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
+        extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),
+                             "previous_verdict": old.get("verdict")}
+    verdict = write_verdict(out, verdict, measured, judge_key=judge_key, **extra)
+    log.info("%s: judged %s (%s)%s", claim, verdict["verdict"], verdict["reason"][:300],
+             f"; was {old.get('verdict')}" if old else "")
+    return verdict
+
+
+def judge_context(scale: str, params: dict, measured: dict) -> dict:
+    """What a judge receives beside the rows and thresholds: the scale, the measured parameters (config.json), the
+    hardware id, the device the measurement ran on (None when it did not record one) and everything else the
+    measurement recorded in measured.json's ``context`` (e.g. the machine's ``load``)."""
+    recorded = dict(measured.get("context") or {})
+    return {**recorded, "scale": scale, "params": params, "hardware": measured.get("hardware"),
+            "device": recorded.get("device")}
+
+
+def load_judge(claim: str) -> Callable:
+    """``repro.judges.<claim>.judge`` (imported by name: a measurement never imports its judge)."""
+    return importlib.import_module(provenance.judge_module(claim)).judge
+
+
+def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: dict | None = None,
+               thresholds: dict | None = None, **context) -> dict:
+    """The claim's judge on ``rows`` (tests, notebooks): ``params`` default to config/claims/<claim>.yaml at
+    ``scale`` (what the rows were measured with), ``thresholds`` to its ``judge:`` part, and ``context`` adds what a
+    measurement records (device, hardware, load, ...)."""
+    params = config.section(claim, scale) if params is None else params
+    thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
+    ctx = {"device": None, "hardware": None, **context, "scale": scale, "params": params}
+    return load_judge(claim)(rows, dict(thresholds), ctx)
+
+
+def run_and_judge(claim: str, run: Callable, params: dict, scale: str, out, thresholds: dict | None = None,
+                  **context) -> tuple[list[dict], dict]:
+    """Measure with ``run`` and judge the rows in one process (tests, notebooks): (rows, verdict). Nothing is
+    written beyond what ``run`` writes."""
+    rows, recorded = run(params, scale, out)
+    return rows, judge_rows(claim, rows, scale=scale, params=params, thresholds=thresholds, **{**recorded, **context})
+
+
+def judge_stored(claim: str, out: Path, scale: str, thresholds: dict | None = None) -> tuple[dict, dict, dict]:
+    """(the checkout's judgement with ``thresholds``, the measurement record, config.json) of the measurement
+    stored in ``out``; nothing is written."""
+    out = Path(out)
+    for name in ("metrics.csv", "config.json", "fingerprint.json"):
+        if not (out / name).is_file():
+            raise SystemExit(f"--rejudge: {out / name} is missing: run the claim first")
+    stored = json.loads((out / "config.json").read_text())
+    if stored.get("claim") != claim or stored.get("scale") != scale:
+        raise SystemExit(f"--rejudge: {out}/config.json is for {stored.get('claim')} at {stored.get('scale')}, "
+                         f"not {claim} at {scale}")
+    frame = read_metrics(out)
+    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in frame.to_dict("records")]
+    old = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else None
+    if (out / "measured.json").is_file():
+        measured = json.loads((out / "measured.json").read_text())
+    elif old is not None:  # measured before measured.json: its verdict.json holds the measurement's record
+        measured = {"claim": claim, "scale": scale, "hardware": old.get("hardware"), "commit": old.get("commit"),
+                    "dirty": None, "started": old.get("timestamp"), "finished": None, "keys": {}, "inputs": {},
+                    "context": {k: old[k] for k in ("load", "device") if k in old}, "integrity": old.get("integrity"),
+                    "runtime_s": old.get("runtime_s")}
+    else:
+        raise SystemExit(f"--rejudge: {out / 'measured.json'} is missing: run the claim first")
+    thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
+    params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
+    verdict = load_judge(claim)(rows, dict(thresholds), judge_context(scale, params, measured))
+    return verdict, measured, stored
+
+
+def provenance_commit() -> str | None:
+    return provenance.git_commit()["commit"]
