@@ -11,9 +11,9 @@ CLAIM = "translation"
 
 
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
-    T = thresholds
-    summary = context
-    test = Rows(rows).where(split="test")
+    T, R = thresholds, Rows(rows)
+    summary = _summary(R, context)
+    test = R.where(split="test")
     test_bleu, copy = test.metric("bleu").value(), test.metric("bleu_copy_baseline").value()
     target = T["target_bleu"]
     checks = [
@@ -30,3 +30,14 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
         check("beats the copy baseline", test_bleu > copy, f"{test_bleu:.2f} vs copy {copy:.2f}", "model > copy"),
     ]
     return verdict_from_checks(CLAIM, checks, context["scale"])
+
+
+def _summary(R: Rows, context: dict) -> dict:
+    """Minutes and updates trained (measured rows), the model's layers and heads (the context the evaluation
+    recorded; older measurements recorded none: then the parameters the model was trained with)."""
+    model = (context.get("params") or {}).get("model") or {}
+    steps = R.metric("train_steps").value()
+    return {"train_minutes": R.metric("train_minutes").value(float("nan")),
+            "steps": context.get("steps", int(steps) if steps is not None else None),
+            "encoder_layers": context.get("encoder_layers", model.get("n_encoder_layers")),
+            "heads": context.get("heads", (model.get("block") or {}).get("n_heads"))}
