@@ -28,16 +28,42 @@ def uses(thresholds: Mapping, *keys: str) -> dict:
     return {k: thresholds[k] for k in keys}
 
 
+def power(value: float, lo: float, hi: float, threshold: float | tuple[float, float], n: int, unit: str,
+          *, rate: str = "sqrt") -> dict:
+    """What would decide an interval check if its point estimate held (the page's "What would decide this"): the
+    interval's half-width shrinks as 1/sqrt(n) (``rate="sqrt"``: seeds, sentences, rounds, draws averaged), so the
+    check decides at ``n_needed = n * (half-width / distance to the threshold)^2``. A band threshold (lo, hi) counts
+    the distance to its nearer edge. A value exactly on the threshold (a tie) is decided by no size: ``n_needed``
+    None, ``why`` says so. Computed from the measured numbers, never typed."""
+    edges = [threshold] if isinstance(threshold, (int, float)) else list(threshold)
+    finite = all(map(math.isfinite, (value, lo, hi)))
+    half = (hi - lo) / 2 if finite else math.inf
+    gap = min(abs(value - float(e)) for e in edges) if math.isfinite(value) else math.nan
+    out = {"n": int(n), "unit": unit, "value": value, "lo": lo, "hi": hi, "threshold": threshold,
+           "half_width": half, "n_needed": None, "why": None}
+    if not finite or not math.isfinite(gap):
+        out["why"] = "no finite interval: fewer than two measurements"
+        out["n_needed"] = 2 if n < 2 else None
+    elif gap == 0:
+        out["why"] = "the estimate sits on the threshold: no sample size decides a tie"
+    elif half <= gap:
+        out["n_needed"] = int(n)  # already decided by its own interval
+    else:
+        out["n_needed"] = int(math.ceil(n * (half / gap) ** 2))
+    return out
+
+
 def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
           interval: str | None = None, undecided_because: str | None = None, numbers: dict | None = None,
-          thresholds: Mapping | None = None) -> dict:
+          thresholds: Mapping | None = None, power: dict | None = None) -> dict:
     """One verdict criterion: what was measured, what the paper says, and whether it holds.
 
     ``headline``: the claim's main statement (see ``verdict_from_checks``). ``interval``: the uncertainty that
     decided it (seeds' spread, bootstrap interval), in words. ``passed=None`` means the run could not decide the
     check; ``undecided_because`` says why (the control did not learn, the spread is too wide, a CPU stand-in...).
     ``numbers`` (:func:`numbers`): the check's measured value and the paper's, as numbers, for the headline tables
-    of the matrix and the pages. ``thresholds`` (:func:`uses`): the judge's thresholds this check decided with."""
+    of the matrix and the pages. ``thresholds`` (:func:`uses`): the judge's thresholds this check decided with.
+    ``power`` (:func:`power`): the sample size that would decide it, for the page's "What would decide this"."""
     if passed is None and not undecided_because:
         undecided_because = "not decided by this run"
     out = {"name": name, "passed": None if passed is None else bool(passed), "measured": measured,
@@ -47,6 +73,8 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
         out["numbers"] = numbers
     if thresholds:
         out["thresholds"] = dict(thresholds)
+    if power is not None:
+        out["power"] = dict(power)
     return out
 
 
@@ -178,13 +206,23 @@ def both(*decisions: bool | None) -> bool | None:
 
 
 def decide_interval(lo: float, hi: float, *, above: float | None = None, below: float | None = None) -> bool | None:
-    """Decide "value > above" / "value < below" from an interval [lo, hi]: True when the whole interval is on the
-    claimed side, False when the whole interval is on the other side, None (undecided) when it straddles."""
+    """Decide "value > above" / "value < below" from an interval [lo, hi]: True when the whole interval is strictly
+    on the claimed side, False when it is strictly on the other side, None (undecided) when it straddles or touches
+    the threshold: a tie (a value, or an interval's edge, exactly on it) decides nothing, neither pass nor fail."""
     if above is not None:
-        return True if lo > above else False if hi <= above else None
+        return True if lo > above else False if hi < above else None
     if below is not None:
-        return True if hi < below else False if lo >= below else None
+        return True if hi < below else False if lo > below else None
     raise ValueError("decide_interval: give above= or below=")
+
+
+def decide_point(value: float, *, above: float | None = None, below: float | None = None,
+                 within: tuple[float, float] | None = None) -> bool | None:
+    """A point value (an exact count, a deterministic computation) against a threshold or band: the same rule as an
+    interval of zero width, so a value exactly on the edge is a tie and decides nothing."""
+    if within is not None:
+        return decide_within(value, value, *within)
+    return decide_interval(value, value, above=above, below=below)
 
 
 def decide_within(lo: float, hi: float, target_lo: float, target_hi: float) -> bool | None:
@@ -234,6 +272,7 @@ class Declared:
     paper: str | None = None
     unit: str = ""
     compare: str | None = None
+    power_unit: str = "seeds"
 
     def __post_init__(self):
         if self.rule not in RULES:
@@ -263,6 +302,13 @@ def _declared_statistic(d: Declared, R: "Rows") -> tuple[float, float, float, st
         return float(row["value"]), lo, hi, "the measurement's 95% interval"
     lo, hi = t_interval(float(row["value"]), row.get("spread"), row.get("n"))
     return float(row["value"]), lo, hi, f"95% t-interval over n={row.get('n') or 1}"
+
+
+def _declared_n(d: Declared, R: "Rows") -> int:
+    R = R.measured()
+    if d.statistic == "mean_over_rows":
+        return len(R)
+    return int((R[0].get("n") if R else None) or 1)
 
 
 def _declared_band(d: Declared, T: Mapping, paper: float | None) -> tuple[float, float, str]:
@@ -320,9 +366,13 @@ def evaluate(claim: str, d: Declared, rows: list[dict], thresholds: Mapping) -> 
         if d.headline and stat is not None:
             nums = numbers(stat[0], d.unit or d.metric, lo=stat[1], hi=stat[2], paper=paper,
                            compare=d.compare if paper is not None else None)
+        pw = None
+        if stat is not None:
+            edge = t if d.rule in ("above", "below") else (b_lo, b_hi)
+            pw = power(stat[0], stat[1], stat[2], edge, _declared_n(d, G), d.power_unit)
         out.append(check(name, passed, measured, expected + (f"; paper {paper:g}" if paper is not None else ""),
                          headline=d.headline, interval=interval, undecided_because=why, numbers=nums,
-                         thresholds=used))
+                         thresholds=used, power=pw))
     return out
 
 

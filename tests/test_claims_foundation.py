@@ -30,6 +30,16 @@ def test_param_accounting_verdict_flips_on_a_wrong_count():
     assert v["verdict"] == "not_reproduced" and "llama_7b.total" in v["reason"]  # an exact figure is a headline
 
 
+def test_param_accounting_an_exact_count_one_off_fails():
+    """An exact published count missed by one parameter is a decided failure (no band: not a tie)."""
+    params = config.section("param_accounting", "default")
+    rows, _ = param_accounting.run(params, "default", None)
+    off = [{**r, "value": r["value"] + 1} if r["metric"] == "total" and r["sweep"]["model"] == "llama_7b" else r
+           for r in rows]
+    v = judge_rows("param_accounting", off, params=params)
+    assert v["verdict"] == "not_reproduced" and "llama_7b.total" in v["reason"]
+
+
 def _bn(rows, params, scale):
     return judge_rows("block_numerics", rows, scale=scale, params=params, thresholds=config.thresholds("block_numerics", "tiny"))
 

@@ -47,9 +47,11 @@ def _rows(folder: Path) -> list[dict]:
             for r in frame.to_dict("records")]
 
 
-def _judge(claim: str, folder: Path, rows: list[dict]) -> dict:
+def _judge(claim: str, folder: Path, rows: list[dict], controlled: bool = False) -> dict:
     """The checkout's judge with the current thresholds on ``rows`` in place of the reference's, with the
-    reference's measured parameters and recorded context (what ``--rejudge`` gives it)."""
+    reference's measured parameters and recorded context (what ``--rejudge`` gives it). ``controlled``: the rows
+    come from the claim's control module, whose optional ``context(ctx)`` hook says what they stand for (e.g. a GPU
+    run: flash_attention's controls relabel the rows and the device)."""
     from repro.claims._cli import judge_context, judge_rows
 
     stored = json.loads((folder / "config.json").read_text())
@@ -58,6 +60,9 @@ def _judge(claim: str, folder: Path, rows: list[dict]) -> dict:
     record = json.loads(measured.read_text()) if measured.exists() else \
         {"context": {k: v for k, v in json.loads((folder / "verdict.json").read_text()).items() if k == "load"}}
     context = {k: v for k, v in judge_context("default", params, record).items() if k not in ("scale", "params")}
+    controls = _controls(claim) if controlled else None
+    if controls is not None and hasattr(controls, "context"):
+        context = controls.context(context)
     return judge_rows(claim, rows, scale="default", params=params, **context)
 
 
@@ -85,9 +90,16 @@ def test_every_registered_claim_has_a_reference_to_check():
 
 @pytest.mark.parametrize("claim", CLAIMS)
 def test_null_data_never_passes(claim):
+    """Null data gives inconclusive or not_reproduced, on the reference's rows and, where the claim decides its
+    headline only on another device (flash_attention's speed on a GPU), on the rows presented as that device's
+    (the control module's ``on_device``), where the null can fail the judge."""
     folder = _reference(claim)
     v = _judge(claim, folder, null(_rows(folder)))
     assert v["verdict"] not in ("reproduced", "partially"), (v["verdict"], v["reason"][:600])
+    controls = _controls(claim)
+    if controls is not None and hasattr(controls, "on_device"):
+        v = _judge(claim, folder, null(controls.on_device(_rows(folder))), controlled=True)
+        assert v["verdict"] not in ("reproduced", "partially"), (v["verdict"], v["reason"][:600])
 
 
 def _every_reference() -> list[Path]:
@@ -147,7 +159,7 @@ def test_paper_false_data_is_not_reproduced(claim):
     folder, controls = _reference(claim), _controls(claim)
     if controls is None:
         pytest.fail(f"tests/controls/{claim}.py is missing")
-    v = _judge(claim, folder, controls.paper_false(_rows(folder)))
+    v = _judge(claim, folder, controls.paper_false(_rows(folder)), controlled=True)
     assert v["verdict"] == "not_reproduced", (v["verdict"], v["reason"][:800])
 
 
@@ -158,8 +170,10 @@ def test_ties_never_pass(claim):
         pytest.skip(f"{claim}: no tie controls")
     folder = _reference(claim)
     for i, rows in enumerate(controls.ties(_rows(folder))):
-        v = _judge(claim, folder, rows)
+        v = _judge(claim, folder, rows, controlled=True)
         assert v["verdict"] not in ("reproduced", "partially"), (i, v["verdict"], v["reason"][:800])
+        # a tie decides nothing: not a pass (above) and not a failure either
+        assert v["verdict"] != "not_reproduced", (i, v["verdict"], v["reason"][:800])
 
 
 # Checks decided opposite on two machines at the same measurement code because the machines truly differ, each with
@@ -183,6 +197,10 @@ def test_fresh_references_agree_across_machines():
     for c in read_cells(None, ROOT / "references"):
         if not (c.origin and c.origin.stale):
             by.setdefault((c.scale, c.claim), []).append(c)
+    pairs = sum(len(cells) * (len(cells) - 1) // 2 for cells in by.values())
+    if pairs == 0:
+        pytest.skip("fewer than two fresh references of any claim (every other reference is stale: measured by older "
+                    "code): nothing to compare until references are regenerated at this code")
     opposite = []
     for (scale, claim), cells in by.items():
         for i, a in enumerate(cells):

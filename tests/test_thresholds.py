@@ -38,7 +38,7 @@ class Recording(dict):
         return super().get(key, default)
 
 
-def _judge_with(claim, folder, rows, thresholds):
+def _judge_with(claim, folder, rows, thresholds, controlled: bool = False):
     from repro.claims._cli import judge_context, load_judge
 
     stored = json.loads((folder / "config.json").read_text())
@@ -46,6 +46,9 @@ def _judge_with(claim, folder, rows, thresholds):
     measured = folder / "measured.json"
     record = json.loads(measured.read_text()) if measured.exists() else {"context": {}}
     ctx = judge_context("default", params, record)
+    controls = _controls(claim) if controlled else None
+    if controls is not None and hasattr(controls, "context"):
+        ctx = controls.context(ctx)
     return load_judge(claim)(rows, thresholds, ctx)
 
 
@@ -108,9 +111,9 @@ def test_every_threshold_is_read(claim):
         if hasattr(controls, "threshold_rows"):
             variants += [r for key in config.thresholds(claim, "default")
                          for r in [controls.threshold_rows(rows, key)] if r is not None]
-    for rs in variants:
+    for i, rs in enumerate(variants):
         T = Recording(config.thresholds(claim, "default"))
-        _judge_with(claim, folder, rs, T)
+        _judge_with(claim, folder, rs, T, controlled=i > 0)
         seen |= T.read
     dead = sorted(set(config.thresholds(claim, "default")) - seen)
     assert not dead, f"{claim}: judge: keys never read by repro/judges/{claim}.py: {dead}"
@@ -125,16 +128,16 @@ def test_every_threshold_can_change_a_verdict(claim):
     controls = _controls(claim)
     never = []
     for key, value in base_T.items():
-        sets = [rows]
+        sets = [(rows, False)]
         if controls is not None and hasattr(controls, "threshold_rows"):
             extra = controls.threshold_rows(rows, key)
             if extra is not None:
-                sets.append(extra)
+                sets.append((extra, True))
         moved = False
-        for rs in sets:
-            base = _outcomes(_judge_with(claim, folder, rs, copy.deepcopy(base_T)))
+        for rs, controlled in sets:
+            base = _outcomes(_judge_with(claim, folder, rs, copy.deepcopy(base_T), controlled))
             for x in _candidates(value, schema.get(key, {})):
-                if _outcomes(_judge_with(claim, folder, rs, {**copy.deepcopy(base_T), key: x})) != base:
+                if _outcomes(_judge_with(claim, folder, rs, {**copy.deepcopy(base_T), key: x}, controlled)) != base:
                     moved = True
                     break
             if moved:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from repro import registry
 from repro.bench import timing
-from repro.verdicts import Rows, check, decide_within, numbers, setup_table, uses, verdict_from_checks
+from repro.verdicts import (Rows, both, check, decide_point, decide_within, numbers, setup_table, uses,
+                            verdict_from_checks)
 from repro.claims.activation_checkpointing import CLAIM, FORMULA, TERMS
 
 
@@ -42,7 +43,8 @@ def _term_checks(R: Rows, tol: dict) -> list[dict]:
         found = _coeffs(R, section=sec, kind=kind, policy="none")
         if found:
             v = found[0]["value"]
-            checks.append(check(f"per-layer {key} (math, fp32 as 16-bit, dropout on)", abs(v - pub) < rel * pub,
+            checks.append(check(f"per-layer {key} (math, fp32 as 16-bit, dropout on)",
+                                decide_point(v, within=(pub * (1 - rel), pub * (1 + rel))),
                                 f"{v:.3f}", f"{pub} (Korthikanti Eq. 1, +-{100 * rel:.0f}%)", headline=sec == "total",
                                 numbers=numbers(v, "sbh" if kind == "sbh" else "as^2b", paper=pub, compare="ratio"),
                                 thresholds=uses(tol, "coeff_rel")))
@@ -59,7 +61,7 @@ def _recompute_checks(R: Rows, tol: dict) -> list[dict]:
         if found:
             v, sc = found[0]["value"], (score[0]["value"] if score else 0.0)
             checks.append(check(f"{pol} recomputation keeps {pub:g}sbh and no as^2b term",
-                                abs(v - pub) < rel * pub and sc == 0.0, f"{v:.3f} sbh + {sc:.3f} as^2b",
+                                both(decide_point(v, within=(pub * (1 - rel), pub * (1 + rel))), sc == 0.0), f"{v:.3f} sbh + {sc:.3f} as^2b",
                                 f"{pub}sbh (Korthikanti Table 2)", headline=pol == "full",
                                 numbers=numbers(v, "sbh", paper=pub, compare="ratio"),
                                 thresholds=uses(tol, "coeff_rel")))
@@ -83,14 +85,15 @@ def _slope_checks(R: Rows, tol: dict) -> list[dict]:
     lo, hi = tol["sqrt_slope"]
     if "sqrt" in slopes:
         checks.append(check("peak memory vs depth, sqrt(n) segments: log-log slope about 0.5",
-                            lo < slopes["sqrt"] < hi, f"{slopes['sqrt']:.3f}",
+                            decide_point(slopes["sqrt"], within=(lo, hi)), f"{slopes['sqrt']:.3f}",
                             f"{_paper('chen_memory_exponent'):g} (Chen Sec. 4; accepted {lo}..{hi})",
                             headline=True, numbers=numbers(slopes["sqrt"], "log-log slope vs depth",
                                                            paper=_paper("chen_memory_exponent"), compare="difference"),
                             thresholds=uses(tol, "sqrt_slope")))
     lo, hi = tol["none_slope"]
     if "none" in slopes:
-        checks.append(check("peak memory vs depth without checkpointing: slope about 1", lo < slopes["none"] < hi,
+        checks.append(check("peak memory vs depth without checkpointing: slope about 1",
+                            decide_point(slopes["none"], within=(lo, hi)),
                             f"{slopes['none']:.3f}", f"1 (accepted {lo}..{hi})", thresholds=uses(tol, "none_slope")))
     return checks
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from repro.verdicts import Rows, check, gate, gated, numbers, setup_table, uses, verdict_from_checks
+from repro.verdicts import Rows, check, decide_point, gate, gated, numbers, setup_table, uses, verdict_from_checks
 from repro.claims.block_numerics import CLAIM
 
 
@@ -30,7 +30,8 @@ def _worked_value_checks(R: Rows, T: dict) -> list[dict]:
         pv = r.get("published_value")
         if isinstance(pv, (int, float)):
             checks.append(check(f"{r['metric']}[{r['sweep'].get('index', r['sweep'].get('x'))}]",
-                                abs(r["value"] - pv) < tol, f"{r['value']:.4f}", f"{pv} ({r['source']})",
+                                decide_point(r["value"], within=(pv - tol, pv + tol)), f"{r['value']:.4f}",
+                                f"{pv} ({r['source']})", undecided_because="exactly on the tolerance's edge (a tie)",
                                 headline=True, numbers=numbers(r["value"], r.get("unit") or "value", paper=pv,
                                                                compare="difference"),
                                 thresholds=uses(T, "value_tolerance")))
@@ -44,7 +45,8 @@ def _plain_chain_checks(R: Rows, T: dict) -> list[dict]:
         if isinstance(r.get("published_value"), (int, float)):
             pv = r["published_value"]
             checks.append(check(f"gradient through {r['sweep']['depth']} layers of gain {r['sweep']['gain']}",
-                                abs(r["value"] - pv) < T["plain_chain_rel_tolerance"] * pv + 0.00005,
+                                decide_point(r["value"], within=(pv - (T["plain_chain_rel_tolerance"] * pv + 0.00005),
+                                                                 pv + (T["plain_chain_rel_tolerance"] * pv + 0.00005))),
                                 f"{r['value']:.4g}", f"{pv}", headline=True,
                                 numbers=numbers(r["value"], "gradient gain", paper=pv, compare="ratio"),
                                 thresholds=uses(T, "plain_chain_rel_tolerance")))

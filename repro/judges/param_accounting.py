@@ -5,7 +5,7 @@ published figures, exact ones exactly (the headline), rounded ones within ``roun
 from __future__ import annotations
 
 from repro import registry
-from repro.verdicts import Rows, check, numbers, setup_table, uses, verdict_from_checks
+from repro.verdicts import Rows, check, decide_point, numbers, setup_table, uses, verdict_from_checks
 from repro.claims.param_accounting import CLAIM
 
 
@@ -29,16 +29,20 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
         exact = bool(pub.get("exact"))
         if exact:
             is_pct = r["unit"] == "percent"
-            ok, tol = abs(m - p) < 1e-9 * max(1.0, abs(p)) + (pct if is_pct else 0), "exact"
+            if is_pct:  # printed to one decimal: a band, whose edge is a tie (undecided, never a pass or a fail)
+                ok, tol = decide_point(m, within=(p - pct, p + pct)), "exact"
+            else:  # an exact count: equal or not (a whole count to the unit; float rounding aside), no band to sit on
+                whole = float(p).is_integer() and float(m).is_integer()
+                ok, tol = abs(m - p) < (0.5 if whole else 1e-9 * max(1.0, abs(p))), "exact"
             used = uses(thresholds, "percent_rounding") if is_pct else None
         else:
-            ok, tol = abs(m - p) < rel_tol * abs(p), f"rounded figure, accepted within {rel_tol:.0%}"
-            used = uses(thresholds, "rounded_rel_tolerance")
+            ok = decide_point(m, within=(p - rel_tol * abs(p), p + rel_tol * abs(p)))
+            tol, used = f"rounded figure, accepted within {rel_tol:.0%}", uses(thresholds, "rounded_rel_tolerance")
         model = r["sweep"]["model"]
         measured = _num(m) if exact else f"{_num(m)} ({(m - p) / p:+.2%} vs published)"
         why = "" if exact or abs(m - p) < 1e-9 else f"; {notes.get(model) or 'the paper rounds'}"
         checks.append(check(f"{model}.{r['metric']}", ok, measured, f"{_num(p)} ({tol}{why}; {pub['citation']})",
-                            headline=exact, numbers=numbers(m, r["unit"], paper=p, compare="ratio"), thresholds=used))
+                            headline=exact, undecided_because="exactly on the tolerance's edge: a tie decides nothing", numbers=numbers(m, r["unit"], paper=p, compare="ratio"), thresholds=used))
     setup = setup_table(CLAIM, {
         "models": ", ".join(sorted({r["sweep"]["model"] for r in rows})) + " (the suite's own model classes)",
         "method": "exact count of the suite's modules built on the meta device; exact published figures must match "

@@ -273,7 +273,7 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
                            ("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
                             + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
                                "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))]
-    blocks += verdict_blocks(verdict) + _published_blocks(metrics)
+    blocks += verdict_blocks(verdict) + power_blocks(claim, verdict, results_dir) + _published_blocks(metrics)
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
     blocks += [("h2", "Where these numbers come from"),
@@ -281,6 +281,50 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
                          f"Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, "
                          f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s"])]
     return blocks
+
+
+def _claim_core_minutes(claim: str, results_dir: Path) -> float | None:
+    """The core-minutes (CPU time) the claim's measuring jobs took on the machine that measured it: its benchmark
+    files (the claim job and its parts) beside the results."""
+    hw_dir = results_dir.parent
+    frame = runtime.read_benchmarks(hw_dir.parent.parent, hw_dir.parent.name, hw_dir.name) if hw_dir.parent.name else None
+    if frame is None or frame.empty:
+        return None
+    mine = frame[frame["job"].map(lambda j: j == claim or j.startswith(f"{claim}.part")
+                                  or (claim == "translation" and j in ("translation_train", "translation_evaluate")))]
+    total = float(mine["cpu_s"].fillna(0).sum()) / 60
+    return total or None
+
+
+def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
+    """"What would decide this": for each undecided check that carries its power numbers (repro.verdicts.power),
+    the interval, the threshold, the sample now and the sample that would decide it if the point estimate held, and
+    what that would cost on the measuring machine (the claim's measured core-minutes scaled by the sample; the
+    claim's whole cost scales with it when the sample is its seeds or sentences, so this is an upper estimate).
+    Computed from the measured rows; a tie says no size decides it."""
+    rows = []
+    minutes = _claim_core_minutes(claim, Path(results_dir))
+    for c in verdict.get("checks") or []:
+        pw = c.get("power")
+        if c.get("passed") is not None or not pw:
+            continue
+        need = pw.get("n_needed")
+        cost = ("-" if need is None or minutes is None or not pw.get("n") else
+                f"~{minutes * need / pw['n']:,.0f} core-min (now {minutes:,.1f})")
+        thr = pw.get("threshold")
+        thr = f"[{thr[0]:.4g}, {thr[1]:.4g}]" if isinstance(thr, (list, tuple)) else f"{thr:.4g}"
+        rows.append({"check": headline.clip(c["name"], 70), "measured [interval]":
+                     f"{pw['value']:.4g} [{pw['lo']:.4g}, {pw['hi']:.4g}]", "threshold": thr,
+                     "now": f"{pw['n']} {pw['unit']}", "would decide at": (f"{need:,} {pw['unit']}" if need is not None
+                                                                          else f"never: {pw.get('why')}"),
+                     "cost": cost})
+    if not rows:
+        return []
+    return [("h2", "What would decide this"),
+            ("p", "Each undecided check below: its interval, the threshold, the sample it had and the sample that "
+                  "would decide it if the point estimate held (the interval narrows as 1/sqrt(n)), with its cost on "
+                  "the machine that measured it (docs/results.md, \"Reading a power table\")."),
+            ("table", pd.DataFrame(rows))]
 
 
 def _declared_text(verdict: dict) -> str:

@@ -1,7 +1,7 @@
 """block_numerics: paper-false = normalisations and activations off, the residual chain vanishing like the plain one,
 the fp16 epsilon result reversed; the learned-control gate (shallow plain, deep residual) kept. Ties = every
-published function value measured exactly ``value_tolerance`` away from the published one (the band's edge)."""
-from controls import default_thresholds, edit, on_edge
+published function value measured exactly on its band's edge, published + ``value_tolerance`` as the judge computes it (a tie)."""
+from controls import default_thresholds, edit
 
 OUTPUTS = ("layernorm_output", "rmsnorm_output", "gelu_output", "silu_output", "relu_output")
 
@@ -16,7 +16,7 @@ def paper_false(rows):
 
 def ties(rows):
     tol = default_thresholds("block_numerics")["value_tolerance"]
-    return [edit(rows, OUTPUTS, lambda r: on_edge(float(r["published_value"]), tol)
+    return [edit(rows, OUTPUTS, lambda r: float(r["published_value"]) + tol
                  if isinstance(r.get("published_value"), (int, float)) and r["published_value"] == r["published_value"]
                  else r["value"])]
 

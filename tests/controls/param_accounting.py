@@ -1,7 +1,8 @@
-"""param_accounting (Kaplan et al. / the model cards' parameter counts): paper-false = every count 30% off; ties =
-each exact published count missed by the smallest possible amount (one parameter), which an exact figure must not
-forgive."""
-from controls import edit
+"""param_accounting (Vaswani et al. 2017, the model cards' parameter counts): paper-false = every count 30% off; ties
+= each exact published percentage (printed to one decimal) measured exactly on the edge of its rounding band
+(``percent_rounding`` from the published value): a tie, which decides nothing. (An exact count has no band to sit on:
+one parameter off is a decided failure, tested in tests/test_claims_foundation.py.)"""
+from controls import default_thresholds, edit
 
 from repro import registry
 
@@ -16,4 +17,11 @@ def _exact(r) -> bool:
 
 
 def ties(rows):
-    return [[{**r, "value": float(r["value"]) + 1} if _exact(r) else r for r in rows]]
+    pct = default_thresholds("param_accounting")["percent_rounding"]
+
+    def edge(r):
+        pub = registry.published("param_accounting", r["published_key"])
+        p = float(pub["value"]) * (100 if pub["unit"] == "fraction" else 1)
+        return p + pct
+
+    return [[{**r, "value": edge(r)} if _exact(r) and r.get("unit") == "percent" else r for r in rows]]
