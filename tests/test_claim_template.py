@@ -24,6 +24,7 @@ def _copy_repo(dest: Path) -> None:
             shutil.copy2(src, dest / f)
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 @pytest.mark.timeout(600)
 def test_a_claim_from_the_template_runs_through_snakemake(tmp_path):
     repo = tmp_path / "repo"

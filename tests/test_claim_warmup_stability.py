@@ -98,7 +98,7 @@ P = {"model": {"n_encoder_layers": 6, "block": {"d_model": 64, "d_ff": 256, "n_h
                                                                "betas": [0.9, 0.98]},
      "scalenorm_fixnorm": {"enabled": True, "lrs": [0.0005, 0.001]}, "eval": {"test_sentences": 100},
      "depth": {"layers": [2, 4], "lr": 0.001}}
-T = {"pre_tolerance_nats": 0.25, "post_gap_nats": 0.5, "fail_margin_nats": 1.0, "gate_nats": 1.0, "gate_bleu": 0.0}
+T = config.thresholds("warmup_stability", "default")  # the judge: section (the constructed rows below assume it)
 COPY_BLEU = 9.0
 
 
@@ -265,6 +265,17 @@ def test_control_did_not_learn_makes_everything_undecided():
 def test_bleu_gate_below_copy_baseline():
     v = _judge(_rows(_paper_like(), bleu=lambda v: COPY_BLEU - 1.0), P, "default")
     assert v["gates"][1]["passed"] is False and v["verdict"] == "inconclusive"
+
+
+def test_bleu_gate_margin_null_is_zero():
+    """judge: gate_bleu is the margin above the copy baseline; null means a margin of 0 (the gate stays on)."""
+    rows = _rows(_paper_like(), bleu=lambda v: COPY_BLEU + 0.5)
+    for margin, passed in ((None, True), (0.0, True), (1.0, False)):
+        g = _judge(rows, P, "default", thresholds={**T, "gate_bleu": margin})["gates"][1]
+        assert g["passed"] is passed and g["thresholds"] == {"gate_bleu": margin}, g
+    low = _judge(_rows(_paper_like(), bleu=lambda v: COPY_BLEU - 0.5), P, "default",
+                 thresholds={**T, "gate_bleu": None})
+    assert low["gates"][1]["passed"] is False
 
 
 def test_old_single_seed_results_are_inconclusive():

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from repro import config, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +47,7 @@ def _edit_function(path: Path, name: str, line: str) -> None:
     path.write_text(text[:m.end()] + f"    {line}\n" + text[m.end():])
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 def test_measure_and_judge_keys_follow_the_code(tmp_path):
     src = _copy_tree(tmp_path)
     res = src / "results/fresh-hw/tiny" / CLAIM

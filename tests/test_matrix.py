@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from repro.io import metric, write_results
 from repro.verdicts import verdict
@@ -197,6 +198,7 @@ def smk(*args, cwd=ROOT, timeout=900):
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 def test_two_machines_in_the_workflow_flag_the_flipped_checks(tmp_path):
     """reproduce_all at scale tiny under two hardware ids; one machine's verdict.json is edited to differ; the
     matrix rule (part of reproduce_all) then flags both cells with the flipped check."""

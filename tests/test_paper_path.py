@@ -72,6 +72,7 @@ def paper_overrides(ck: Path, db: Path) -> dict:
     }
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 def test_paper_scale_runs_from_a_fairseq_checkpoint(tmp_path):
     ck, db = write_fixture(tmp_path)
     cfg = tmp_path / "paper_paths.yaml"
@@ -134,6 +135,7 @@ SPEED_OVERRIDES = {
 }
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 def test_speed_claims_paper_sections_run_on_cpu_with_gpu_rows_not_applicable(tmp_path):
     """The paper sections' provider/dtype/policy lists run end to end; CUDA-only rows say why they are skipped."""
     cfg = tmp_path / "paper_cpu.yaml"

@@ -59,6 +59,7 @@ IMAGES_LOADED = """return Array.from(document.images).length > 0 &&
 IMAGE_WIDTHS = "return Array.from(document.images).map(i => [i.alt.slice(0, 60), i.naturalWidth])"
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 def test_report_in_headless_chromium(tmp_path):
     driver = _driver(tmp_path)
     results, reports = ROOT / "references" / "results", ROOT / "references" / "reports"

@@ -349,6 +349,7 @@ def _readme_snakemake_commands() -> list[list[str]]:
     return cmds
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 def test_readme_snakemake_examples_dry_run(tmp_path):
     cmds = _readme_snakemake_commands()
     assert len(cmds) >= 8 and any("overrides=" in " ".join(c) for c in cmds)

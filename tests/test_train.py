@@ -71,12 +71,25 @@ def test_loss_ignores_padding_and_matches_manual():
     assert bool(batch.tgt_pad_mask.any())  # the batch really has padding
     loss, nll, logits = model_loss(model, batch, 0.1, PAD)
     keep = ~batch.tgt_pad_mask
-    lp = torch.log_softmax(logits.float(), -1)[keep]
+    full = model(batch.src, batch.tgt_in, batch.src_pad_mask, batch.tgt_pad_mask)  # every position's logits
+    assert logits.shape == (int(keep.sum()), full.shape[-1])  # the loss's logits: real targets only
+    torch.testing.assert_close(logits, full[keep], rtol=1e-5, atol=1e-5)
+    lp = torch.log_softmax(full.float(), -1)[keep]
     y = batch.tgt_out[keep]
     manual_nll = -lp.gather(1, y[:, None]).sum()
     manual = 0.9 * manual_nll + 0.1 * (-lp.mean(-1)).sum()
     torch.testing.assert_close(nll, manual_nll)
     torch.testing.assert_close(loss, manual)
+    # the gradients too: the loss at real targets only is the same function of the weights
+    model.zero_grad()
+    loss.backward()
+    g_sub = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad()
+    F.cross_entropy(full.reshape(-1, full.shape[-1]).float(), batch.tgt_out.reshape(-1), ignore_index=PAD,
+                    label_smoothing=0.1, reduction="sum").backward()
+    g_full = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    for a, b in zip(g_sub, g_full):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_resume_continues_step_count_and_curve(tmp_path):

@@ -116,6 +116,7 @@ def _reference_for(refs: Path, hw: str, claims: list[str]) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in refs.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
 def test_tiny_end_to_end(tmp_path):
     """reproduce_all at scale tiny in a scratch directory, then rerun one claim alone.
 

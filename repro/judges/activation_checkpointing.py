@@ -22,7 +22,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     params, scale = context["params"], context["scale"]
     checks = [*_term_checks(R, tol), *_recompute_checks(R, tol), *_sdpa_checks(R), *_slope_checks(R, tol),
               *_overhead_checks(R, tol, timing.load_note(load))]
-    return verdict_from_checks(CLAIM, checks, scale, setup=setup_table(CLAIM, this_setup(params)), load=load)
+    setup = setup_table(CLAIM, this_setup(params, context.get("device")))
+    return verdict_from_checks(CLAIM, checks, scale, setup=setup, load=load)
 
 
 def _paper(key: str):
@@ -129,14 +130,15 @@ def _overhead_checks(R: Rows, tol: dict, busy: str | None) -> list[dict]:
     return checks
 
 
-def this_setup(params: dict) -> dict:
-    """This run's side of the "Setup beside the paper" table."""
+def this_setup(params: dict, device: str | None = None) -> dict:
+    """This run's side of the "Setup beside the paper" table; ``device``: the one the measurement recorded in its
+    context (older measurements lack it: the configured one)."""
     b, t = params["block"], params["timing"]
     return {"models": f"shared Pre/Post block d {b['d_model']}, {b['n_heads']} heads, FFN {b['d_ff']} ({b['ffn']}); "
                       f"stacks of {params['depth_sweep']['depths']} layers",
             "activation bytes": "counted exactly with saved_tensors_hooks (dedup by storage); fp32 counted as 16-bit, "
                                 "masks as 1 byte",
-            "hardware": f"device {params['device']}",
+            "hardware": f"device {device or params['device']}",
             "measure": f"bytes per layer (terms, then depth and sequence sweeps); time: {t['depth']} layers, seq "
                        f"{t['seq_len']}, batch {t['batch']}, policies interleaved"}
 

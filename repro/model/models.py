@@ -138,13 +138,17 @@ class Decoder(nn.Module):
         return self.output(x)
 
     def forward(self, tokens, *, key_padding_mask=None, memory=None, memory_padding_mask=None,
-                cache: list | None = None, offset: int = 0, return_hidden=False):
+                cache: list | None = None, offset: int = 0, return_hidden=False, keep=None):
+        """Logits (B, T, V); with ``keep`` (B, T) bool, only at the kept positions, (N, V) in row-major order (the
+        training loss: no vocabulary-sized work at padded targets)."""
         pos = positions_from_mask(key_padding_mask, tokens.shape[1], offset, tokens.device)
         x = self.embed(tokens, offset=offset, positions=pos)
         out = self.layers(x, causal=True, key_padding_mask=key_padding_mask, memory=memory,
                           memory_padding_mask=memory_padding_mask, cache=cache, return_hidden=return_hidden,
                           positions=pos)
         x, hidden = out if return_hidden else (out, None)
+        if keep is not None:
+            x = x[keep]
         return (self.logits(x), hidden) if return_hidden else self.logits(x)
 
     def new_cache(self) -> list:
@@ -171,12 +175,12 @@ class EncoderDecoder(nn.Module):
     def encode(self, src, src_pad_mask=None):
         return self.encoder(src, key_padding_mask=src_pad_mask)
 
-    def decode(self, tgt_in, memory, src_pad_mask=None, tgt_pad_mask=None, cache=None, offset=0):
+    def decode(self, tgt_in, memory, src_pad_mask=None, tgt_pad_mask=None, cache=None, offset=0, keep=None):
         return self.decoder(tgt_in, key_padding_mask=tgt_pad_mask, memory=memory, memory_padding_mask=src_pad_mask,
-                            cache=cache, offset=offset)
+                            cache=cache, offset=offset, keep=keep)
 
-    def forward(self, src, tgt_in, src_pad_mask=None, tgt_pad_mask=None):
-        return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask, tgt_pad_mask)
+    def forward(self, src, tgt_in, src_pad_mask=None, tgt_pad_mask=None, keep=None):
+        return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask, tgt_pad_mask, keep=keep)
 
     def attention_modules(self) -> dict[str, list]:
         """Attention modules by kind: encoder self, decoder self, cross (encoder-decoder) attention."""
@@ -193,8 +197,8 @@ class DecoderLM(nn.Module):
         self.cfg = cfg
         self.decoder = Decoder(cfg.replace(n_decoder_layers=cfg.n_decoder_layers), cross_attention=False)
 
-    def forward(self, tokens, pad_mask=None, return_hidden=False):
-        return self.decoder(tokens, key_padding_mask=pad_mask, return_hidden=return_hidden)
+    def forward(self, tokens, pad_mask=None, return_hidden=False, keep=None):
+        return self.decoder(tokens, key_padding_mask=pad_mask, return_hidden=return_hidden, keep=keep)
 
     def attention_modules(self) -> dict[str, list]:
         return {"decoder_self": [b.self_attn for b in self.decoder.layers.layers]}
