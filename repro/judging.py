@@ -50,8 +50,8 @@ def rejudge(claim: str, out: Path, scale: str, thresholds: dict | None = None, j
     if judge_key is None and claim == "translation":  # the translation benchmark: a shared artefact's job
         judge_key = provenance.artefact_keys("translation_evaluate", stored["config"], thresholds)["judge"]
     elif judge_key is None:
-        judge_key = provenance.claim_keys(claim, stored["config"], tuple((measured.get("keys") or {}).get("needs") or ()),
-                                          thresholds)["judge"]
+        needs = tuple((measured.get("keys") or {}).get("needs") or ())
+        judge_key = provenance.claim_keys(claim, stored["config"], needs, thresholds)["judge"]
     extra = {"runtime_s": measured.get("runtime_s"), "thresholds": thresholds}
     if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
         extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),

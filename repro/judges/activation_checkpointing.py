@@ -62,7 +62,8 @@ def _recompute_checks(R: Rows, tol: dict) -> list[dict]:
         if found:
             v, sc = found[0]["value"], (score[0]["value"] if score else 0.0)
             checks.append(check(f"{pol} recomputation keeps {pub:g}sbh and no as^2b term",
-                                both(decide_point(v, within=(pub * (1 - rel), pub * (1 + rel))), sc == 0.0), f"{v:.3f} sbh + {sc:.3f} as^2b",
+                                both(decide_point(v, within=(pub * (1 - rel), pub * (1 + rel))), sc == 0.0),
+                                f"{v:.3f} sbh + {sc:.3f} as^2b",
                                 f"{pub}sbh (Korthikanti Table 2)", headline=pol == "full",
                                 numbers=numbers(v, "sbh", paper=pub, compare="ratio"),
                                 thresholds=uses(tol, "coeff_rel")))

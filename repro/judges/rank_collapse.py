@@ -9,7 +9,8 @@ import math
 
 from repro import registry
 from repro.stats import t_interval
-from repro.verdicts import Rows, both, check, decide_interval, decide_within, numbers, setup_table, uses, verdict_from_checks
+from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, setup_table, uses,
+                            verdict_from_checks)
 from repro.claims.rank_collapse import CLAIM, CUBIC_INTERVAL, INITS, MLP_NOT_A_PREDICTION, SKIP_VARIANTS
 
 
@@ -234,8 +235,8 @@ def this_run(params: dict, device: str | None = None) -> dict[str, str]:
 
 
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
-    """Checks (thresholds: the judge: section of config/claims/rank_collapse.yaml; every one decided by a 95% t-interval over the seeds, undecided when
-    the interval straddles it):
+    """Checks (thresholds: the judge: section of config/claims/rank_collapse.yaml; every one decided by a 95%
+    t-interval over the seeds, undecided when the interval straddles or touches it):
 
     1. Headline, per init: pure attention collapses doubly exponentially: its per-layer exponent a (ln rho_{L+1}
        against ln rho_L, fitted per seed) lies within ``cubic_tolerance`` of 3, exceeds attention + skip's exponent

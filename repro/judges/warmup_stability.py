@@ -33,7 +33,8 @@ import torch
 
 from repro import registry
 from repro.stats import sample_interval
-from repro.verdicts import Rows, both, check, decide_interval, gate, gated, numbers, setup_table, uses, verdict_from_checks
+from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, setup_table, uses,
+                            verdict_from_checks)
 from repro.claims.warmup_stability import CLAIM, warmup_lengths
 
 
