@@ -11,7 +11,7 @@ import math
 
 from repro import registry
 from repro.stats import t_interval
-from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, setup_table, uses,
+from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, power, setup_table, uses,
                             verdict_from_checks)
 from repro.claims.prepost_gradients import CLAIM, FFN_MATRICES
 
@@ -28,6 +28,11 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
       +-``flat_ratio_max`` x Post-LN's ("roughly flat": holds when Pre-LN's interval lies inside the band built on
       Post-LN's lower bound, fails when it lies outside the band built on Post-LN's upper bound). HEADLINE:
       LayerNorm, decoder, W2 (Xiong's Fig 3, "Post-LN has large gradients near the output"); the rest secondary.
+      Norm kinds whose slope rows are equal (RMSNorm and ScaleNorm at initialisation: the same map) are one
+      measurement and make one check ("rmsnorm = scalenorm"), never two confirmations.
+    Every interval check carries its power (repro.verdicts.power: the sample that would decide it if the estimate
+    held; for a check of several intervals, its undecided part needing the most; "Pre flat" on the flatness margin
+    |pre| - flat_ratio_max x post, whose half-width is Pre's plus flat_ratio_max x Post's).
     - Fig 3(c,d) full model and the Theorem 1 simplified setting: the Post-LN final-W2 depth exponent inside
       Theorem 1's exponent (``thm1_postln_depth_exponent``, L^0) +-``flat_depth_exponent_max``, Pre-LN's inside
       ``thm1_preln_depth_exponent`` (-1/2) +-``exponent_tolerance``, and the Pre/Post ratio's inside
@@ -66,33 +71,110 @@ def _se_interval(r: dict) -> tuple[float, float]:
     return t_interval(r["value"], r["spread"] * math.sqrt(r["n"]), r["n"])
 
 
+# Two norm kinds whose slope rows differ by less than this fraction of (|value| + the seeds' std) are one measurement:
+# RMSNorm (unit gain) and ScaleNorm (g = sqrt(d)) are the same map sqrt(d) x / ||x|| at initialisation, and their rows
+# differ only by float rounding (about 1e-5 relative on the committed reference), far inside the seeds' spread.
+IDENTICAL_RTOL = 1e-3
+_SLOPE_KEYS = [(pos, stack, matrix) for pos in ("post", "pre") for stack in ("decoder", "encoder")
+               for matrix in FFN_MATRICES]
+
+
+def _slope_rows(slopes: Rows, norm: str) -> dict:
+    return {k: slopes.where(norm=norm, position=k[0], stack=k[1], matrix=k[2]).first() for k in _SLOPE_KEYS}
+
+
+def _close(a: float | None, b: float | None, scale: float) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(float(a) - float(b)) <= IDENTICAL_RTOL * scale
+
+
+def _same_measurement(a: dict, b: dict) -> bool:
+    """Every slope row of two norm kinds equal (value, spread and seeds) to within ``IDENTICAL_RTOL`` of the rows'
+    own size and spread: the same measurement twice, to be counted once."""
+    present = [k for k in _SLOPE_KEYS if a[k] or b[k]]
+    if not present:
+        return False
+    for k in present:
+        ra, rb = a[k], b[k]
+        if not (ra and rb) or (ra.get("n") or 0) != (rb.get("n") or 0):
+            return False
+        scale = abs(float(ra["value"])) + float(ra.get("spread") or 0.0)
+        if not (_close(ra["value"], rb["value"], scale) and _close(ra.get("spread"), rb.get("spread"), scale)):
+            return False
+    return True
+
+
+def _norm_groups(slopes: Rows, norms: list[str]) -> list[list[str]]:
+    """The norm kinds grouped by identical measurements (in the configured order; the first of a group stands for
+    it): RMSNorm and ScaleNorm at initialisation, decided once, never two independent confirmations."""
+    groups: list[list[str]] = []
+    rows = {n: _slope_rows(slopes, n) for n in norms}
+    for norm in norms:
+        for g in groups:
+            if _same_measurement(rows[g[0]], rows[norm]):
+                g.append(norm)
+                break
+        else:
+            groups.append([norm])
+    return groups
+
+
+def _pick_power(parts: list[tuple[bool | None, dict]]) -> dict | None:
+    """The power of a check made of several interval decisions: the undecided part needing the most (a tie, which
+    no size decides, first); when every part is decided, the first part's."""
+    undecided = [pw for ok, pw in parts if ok is None and pw is not None]
+    if not undecided:
+        return parts[0][1] if parts else None
+    return max(undecided, key=lambda pw: math.inf if pw["n_needed"] is None else pw["n_needed"])
+
+
+def _flat_power(post: dict, pre: dict, ratio: float, n: int) -> dict:
+    """Power of "Pre-LN flat": the check holds when |Pre| + its half-width < ratio x (Post - its half-width), fails
+    when |Pre| - its half-width > ratio x (Post + its half-width); both half-widths shrink as 1/sqrt(seeds), so the
+    statistic is the flatness margin |Pre| - ratio x Post, with half-width Pre's + ratio x Post's, against 0."""
+    (plo, phi), (qlo, qhi) = _ci(post), _ci(pre)
+    margin = abs(pre["value"]) - ratio * post["value"]
+    half = (qhi - qlo) / 2 + ratio * (phi - plo) / 2
+    return power(margin, margin - half, margin + half, 0.0, n, "seeds")
+
+
 def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
-    """Fig 3(a,b) per norm kind, stack and FFN matrix: Post-LN grows with the layer, Pre-LN roughly flat."""
+    """Fig 3(a,b) per norm kind, stack and FFN matrix: Post-LN grows with the layer, Pre-LN roughly flat. Norm
+    kinds whose rows are the same measurement (RMSNorm = ScaleNorm at init) make one check, decided once."""
     checks = []
     slopes = R.metric("ffn_grad_log_slope_per_layer")
-    for norm in norms:
+    for group in _norm_groups(slopes, norms):
+        norm, label = group[0], " = ".join(group)
+        same = (f"; {', '.join(group[1:])}'s rows equal {norm}'s (within {IDENTICAL_RTOL:g} of the seeds' spread): "
+                f"one measurement, counted once") if len(group) > 1 else ""
         for stack in ("decoder", "encoder"):
             for matrix in FFN_MATRICES:
                 post = slopes.where(norm=norm, position="post", stack=stack, matrix=matrix).first()
                 pre = slopes.where(norm=norm, position="pre", stack=stack, matrix=matrix).first()
                 if not (post and pre):
                     continue
+                n = int(post["n"] or 1)
                 (plo, phi), (qlo, qhi) = _ci(post), _ci(pre)
                 narrow, wide = c["flat_ratio_max"] * max(plo, 0.0), c["flat_ratio_max"] * max(phi, 0.0)
                 flat = True if decide_within(qlo, qhi, -narrow, narrow) else \
                     False if decide_within(qlo, qhi, -wide, wide) is False else None
-                ok = both(decide_interval(plo, phi, above=c["grow_slope_min"]), flat)
+                grows = decide_interval(plo, phi, above=c["grow_slope_min"])
+                pw = _pick_power([(grows, power(post["value"], plo, phi, c["grow_slope_min"], n, "seeds")),
+                                  (flat, _flat_power(post, pre, c["flat_ratio_max"], n))])
                 checks.append(check(
-                    f"Fig 3(a,b) {norm} {stack} {matrix}: Post grows with layer, Pre flat", ok,
+                    f"Fig 3(a,b) {label} {stack} {matrix}: Post grows with layer, Pre flat", both(grows, flat),
                     f"slope of ln(norm) per layer: post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
-                    f"{int(post['n'])} seeds)",
+                    f"{n} seeds){same}",
                     f"post > {c['grow_slope_min']}; |pre| < {c['flat_ratio_max']} x post",
                     headline=norm == "layernorm" and stack == "decoder" and matrix == "ffn.fc2",
-                    interval=f"95% t-interval over {int(post['n'])} seeds (strict at the edges)",
-                    undecided_because=f"a 95% interval straddles or touches its threshold ({int(post['n'])} seeds)",
+                    interval=f"95% t-interval over {n} seeds (strict at the edges); 'Pre flat' is sized on the "
+                             f"flatness margin |pre| - {c['flat_ratio_max']} x post (holds below 0, with Pre's "
+                             f"half-width plus {c['flat_ratio_max']} x Post's)",
+                    undecided_because=f"a 95% interval straddles or touches its threshold ({n} seeds)",
                     numbers=numbers(post["value"], "Post-LN d ln|grad| / layer", lo=plo, hi=phi,
                                     paper_text=f"> {c['grow_slope_min']} (grows; Pre-LN flat)"),
-                    thresholds=uses(c, "grow_slope_min", "flat_ratio_max")))
+                    thresholds=uses(c, "grow_slope_min", "flat_ratio_max"), power=pw))
     return checks
 
 
@@ -109,15 +191,19 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
         if not ratio:
             continue
         why = f"the 95% interval overlaps or touches the edge of the band ({int(ratio['n'])} seeds)"
+        unit = "seeds" if prefix == "fig3" else "seeds (Theorem 1 setting)"
         if post and pre:
-            ok = both(decide_within(*_ci(post), e_post - flat_tol, e_post + flat_tol),
-                      decide_within(*_ci(pre), e_pre - tol, e_pre + tol))
+            post_band, pre_band = (e_post - flat_tol, e_post + flat_tol), (e_pre - tol, e_pre + tol)
+            ok_post, ok_pre = decide_within(*_ci(post), *post_band), decide_within(*_ci(pre), *pre_band)
+            ok = both(ok_post, ok_pre)
+            pw = _pick_power([(ok_post, power(post["value"], *_ci(post), post_band, int(post["n"] or 1), unit)),
+                              (ok_pre, power(pre["value"], *_ci(pre), pre_band, int(pre["n"] or 1), unit))])
             checks.append(check(f"{label}: Post-LN final W2 grad flat in depth (~L^{e_post:g}), Pre-LN ~L^{e_pre:g}",
                                 ok, f"d ln(norm)/d ln(L): post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
                                 f"{int(pre['n'])} seeds)",
                                 f"post {e_post:g} +- {flat_tol}; pre {e_pre:g} +- {tol} (Theorem 1)",
                                 interval="95% t-interval over seeds (strict at the edges)", undecided_because=why,
-                                thresholds=uses(c, "flat_depth_exponent_max", "exponent_tolerance")))
+                                thresholds=uses(c, "flat_depth_exponent_max", "exponent_tolerance"), power=pw))
         checks.append(check(f"{label}: depth exponent of the Pre/Post ratio",
                             decide_within(*_ci(ratio), e_ratio - tol, e_ratio + tol),
                             f"{_txt(ratio)} (mean [95% CI], {int(ratio['n'])} seeds)",
@@ -125,7 +211,9 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
                             interval="95% t-interval over seeds (strict at the edges)", undecided_because=why,
                             numbers=numbers(ratio["value"], "depth exponent", lo=_ci(ratio)[0], hi=_ci(ratio)[1],
                                             paper=e_ratio, compare="difference"),
-                            thresholds=uses(c, "exponent_tolerance")))
+                            thresholds=uses(c, "exponent_tolerance"),
+                            power=power(ratio["value"], *_ci(ratio), (e_ratio - tol, e_ratio + tol),
+                                        int(ratio["n"] or 1), unit)))
     return checks
 
 
@@ -137,14 +225,16 @@ def _lemma2_postln_checks(R: Rows, c: dict) -> list[dict]:
     target = _paper("lemma2_postln_sq_norm_over_d")
     band = (target * (1 - c["lemma2_rel_tol"]), target * (1 + c["lemma2_rel_tol"]))
     ivs = [_se_interval(r) for r in post5]
-    return [check(f"Lemma 2 Post-LN: E||x^{{post,5}}||^2 = {target:g} d at every layer",
-                  both(*(decide_within(lo, hi, *band) for lo, hi in ivs)),
+    oks = [decide_within(lo, hi, *band) for lo, hi in ivs]
+    pw = _pick_power([(ok, power(r["value"], lo, hi, band, int(r["n"] or 1), "samples"))
+                      for ok, r, (lo, hi) in zip(oks, post5, ivs)])
+    return [check(f"Lemma 2 Post-LN: E||x^{{post,5}}||^2 = {target:g} d at every layer", both(*oks),
                   ", ".join(f"{r['value']:.3f} [{lo:.3f}, {hi:.3f}]" for r, (lo, hi) in zip(post5, ivs))
                   + f" (x d; mean [95% CI], {int(post5[0]['n'] or 0)} samples)",
                   f"{target:g} x d (Lemma 2), inside {band[0]:.3f}..{band[1]:.3f} (+-{c['lemma2_rel_tol']:g} "
                   "relative)", interval="95% t-interval of each layer's Monte Carlo mean, inside the band",
                   undecided_because="a layer's 95% interval overlaps the edge of the tolerance band",
-                  thresholds=uses(c, "lemma2_rel_tol"))]
+                  thresholds=uses(c, "lemma2_rel_tol"), power=pw)]
 
 
 def _lemma2_preln_checks(R: Rows) -> list[dict]:
@@ -154,14 +244,16 @@ def _lemma2_preln_checks(R: Rows) -> list[dict]:
         return []
     (a0, b0), (a1, b1) = _paper("lemma2_preln_sq_norm_lower"), _paper("lemma2_preln_sq_norm_upper")
     ivs = [_se_interval(r) for r in pre_l]
-    ok = both(*(decide_within(lo, hi, a0 + b0 * r["sweep"]["layer"], a1 + b1 * r["sweep"]["layer"])
-                for r, (lo, hi) in zip(pre_l, ivs)))
-    return [check(f"Lemma 2 Pre-LN: ({a0:g} + {b0:g} l) d <= E||x_l||^2 <= ({a1:g} + {b1:g} l) d", ok,
+    bands = [(a0 + b0 * r["sweep"]["layer"], a1 + b1 * r["sweep"]["layer"]) for r in pre_l]
+    oks = [decide_within(lo, hi, *band) for (lo, hi), band in zip(ivs, bands)]
+    pw = _pick_power([(ok, power(r["value"], lo, hi, band, int(r["n"] or 1), "samples"))
+                      for ok, r, (lo, hi), band in zip(oks, pre_l, ivs, bands)])
+    return [check(f"Lemma 2 Pre-LN: ({a0:g} + {b0:g} l) d <= E||x_l||^2 <= ({a1:g} + {b1:g} l) d", both(*oks),
                   ", ".join(f"l={r['sweep']['layer']}: {r['value']:.2f} [{lo:.2f}, {hi:.2f}]"
                             for r, (lo, hi) in zip(pre_l, ivs)) + " (x d; mean [95% CI])",
                   f"between {a0:g} + {b0:g} l and {a1:g} + {b1:g} l (Lemma 2)",
                   interval="95% t-interval of each layer's Monte Carlo mean, inside the bounds",
-                  undecided_because="a layer's 95% interval overlaps a bound")]
+                  undecided_because="a layer's 95% interval overlaps a bound", power=pw)]
 
 
 def _absolute_norm_checks(R: Rows) -> list[dict]:
