@@ -135,3 +135,33 @@ def test_plots_read_only_declared_files(claim, tmp_path, monkeypatch):
     assert page.read_text().count("![") == len(figures)
     if claim == "warmup_stability":  # the curves come from the declared runs.json and curves/*.csv
         assert "loss_curves.png" in figures and "curves/" in " ".join(read)
+
+
+def test_run_time_comes_from_run_json_never_from_file_times(tmp_path):
+    """The index's and the comparison's run time is the run.json record's (written by the workflow's onsuccess
+    handler), not the benchmark files' mtimes, which a checkout or a copy resets."""
+    import os
+    import time
+
+    from repro.report.runtime import compare_md, read_run_record, time_per_rule_md, write_run_record
+
+    res = tmp_path / "results" / "hw" / "default"
+    bench = res / "_benchmarks"
+    bench.mkdir(parents=True)
+    start = time.time()
+    for job, wall, cpu in (("a", 600.0, 1100.0), ("b", 300.0, 290.0)):
+        (bench / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{wall}\t0:10:00\t100\t{cpu}\n")
+    rec = write_run_record(res, started=start - 1800, finished=start, status="success", hardware="hw",
+                           scale="default", cores=2, targets=["reproduce_all"])
+    assert rec["wall_minutes"] == 30.0 and rec["jobs"] == 2 and rec["core_minutes"] == round(1390 / 60, 2)
+    for f in bench.iterdir():  # a checkout resets file times: the record must not care
+        os.utime(f, (start - 10 * 86400, start - 10 * 86400))
+    assert read_run_record(tmp_path / "results", "hw", "default")["wall_minutes"] == 30.0
+    text = "\n".join(time_per_rule_md(tmp_path / "results", "hw", "default"))
+    assert "30.0 min wall for 2 jobs" in text and "first start to last end" not in text
+    table = "\n".join(compare_md(tmp_path / "results", "default"))
+    assert "30.0 min" in table
+    # a later invocation that only re-judged does not hide the run that measured
+    write_run_record(res, started=time.time(), finished=time.time() + 6, status="success", hardware="hw",
+                     scale="default", cores=2, targets=["reproduce_all"])
+    assert read_run_record(tmp_path / "results", "hw", "default")["wall_minutes"] == 30.0
