@@ -4,12 +4,14 @@ and the verdict rules on constructed rows."""
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import pytest
 import torch
 
 from repro.artefacts import ArtefactError
 from repro.claims import head_pruning as hp
+from repro.judges import head_pruning as hp_judge
 from repro.claims._cli import judge_rows, run_and_judge
 from repro.claims._heads import (Head, HardConcreteGates, all_heads, head_importance, pruned_copy, pruning_levels,
                                  set_pruned)
@@ -189,20 +191,44 @@ def test_paper_scale_needs_the_checkpoint(tmp_path):
 # ------------------------------------------------------------------------------------------------ judge
 # Synthetic rows in the measurement's schema (repro.claims.head_pruning.run): per pruning order a `pruning_bleu`
 # curve (pruned=0 at the unpruned BLEU with p = 1, then each level's BLEU and the paired-bootstrap p-value of its
-# change), L0 runs with the p-value of each BLEU change, single-head ablations by kind/layer/head. With
-# significance 0.01 and 1000 bootstrap samples, the judge rebuilds the drop's 99% interval as
-# -delta +- 2.576 |delta| / z(1 - p/2) (p = 0 read as 0.002), and "no loss" means its upper end < 0.15 BLEU.
-_BASE, _TOTAL = 30.0, 24
+# change), L0 runs with the p-value of each BLEU change, single-head ablations by kind/layer/head with theirs. With
+# significance 0.01, the judge rebuilds the drop's 99% interval as -delta +- 2.576 |delta| / z(1 - p/2) (p = 0 read
+# as 2 / bootstrap_samples), and "no loss" means its upper end < 0.15 BLEU.
+#
+# Two precisions. DEFAULT: every change as uncertain as the default measurement makes it (SE = 0.75 BLEU on 250
+# sentences, the reference's own; a p-value follows from the change, p = 2 (1 - Phi(|delta| / SE)), and reads 0
+# below the bootstrap's resolution 2 / 20,000). PRECISE: the "no loss" levels as a test set some 25 times larger in
+# standard error (~40,000+ sentences, more than any corpus here has) would measure them, so the rules' pass side
+# can be exercised at all: a default run can never show "no loss" within 0.15 BLEU (see
+# test_paper_true_rows_at_default_precision_cannot_reproduce).
+_BASE, _TOTAL, _N_TEST = 30.0, 24, 1341
 _LEVELS = pruning_levels(_TOTAL, 0.1, 0.9)  # the default config's levels: 2, 5, 7, 10, ... of 24 heads
-LOSSLESS = (-0.02, 0.5)   # drop's interval [-0.06, +0.10]: upper end < 0.15, lossless (and not significant)
-LOSSY = (-8.0, 0.0)       # drop's interval [+1.3, +14.7]: lower end > 0.15, lossy
+SE = 0.75                 # the default measurement's standard error of a BLEU change (250 sentences)
+_B = section("head_pruning", "default")["bootstrap_samples"]
+
+
+def _p(delta, se=SE):
+    """The two-sided bootstrap p-value of a change ``delta`` measured with standard error ``se`` (0 below the
+    bootstrap's resolution)."""
+    p = 2 * (1 - NormalDist().cdf(abs(delta) / se))
+    return 0.0 if p < 2 / _B else round(p, 4)
+
+
+LOSSLESS = (-0.02, 0.5)   # PRECISE: drop's interval [-0.06, +0.10]: upper end < 0.15, lossless (SE 0.03)
+LOSSY = (-8.0, 0.0)       # drop's interval [+1.3, +14.7] (at the bootstrap's resolution 1e-4: [+2.7, +13.3]): lossy
 STRADDLE = (-0.3, 0.5)    # not significant, but the drop's interval [-0.85, +1.45] straddles 0.15: undecided
 NO_INTERVAL = (0.0, 1.0)  # no change, p = 1: no interval, undecided
+AT_DEFAULT = (-0.05, _p(0.05))  # DEFAULT: a true "no loss" (0.05 BLEU) as the default run measures it: undecided
 
 
 def paper_curve(fr):
     """Lossless up to 29% of the heads (above Michel's 20%), then BLEU collapses."""
     return LOSSLESS if fr < 0.3 else LOSSY
+
+
+def default_curve(fr):
+    """The paper's curve at the default precision: a 0.05-BLEU loss up to 29%, then BLEU collapses."""
+    return AT_DEFAULT if fr < 0.3 else LOSSY
 
 
 def early_loss_curve(fr):
@@ -229,24 +255,33 @@ def _curve_rows(order, curve, seed=None):
     return rows
 
 
+_NOISE = (-0.3, 0.2, -0.1, 0.3, 0.0, -0.2, 0.1, -0.4)  # changes no test tells from 0 at SE 0.75 (p >= 0.59)
+
+
+def _ablation(sig=2, up=1, cross=-2.0, decoder=-0.5):
+    """Single-head changes by kind (4 heads per layer): 24 encoder heads, ``sig`` of them changing BLEU by 3 (p = 0 at
+    the default precision, significant after Holm's correction), ``up`` of those raising it, the rest noise; 12
+    decoder and 12 cross-attention heads around ``decoder`` / ``cross``."""
+    enc = [3.0] * up + [-3.0] * (sig - up) + [_NOISE[i % 8] for i in range(24 - sig)]
+    return {"encoder_self": enc, "decoder_self": [decoder + _NOISE[i % 8] for i in range(12)],
+            "cross": [cross + _NOISE[(i + 3) % 8] for i in range(12)]}
+
+
 def _rows(sig=2, up=1, means=(20.0, 20.0), rnd_mean=(15.0, 14.0, 14.5), curves=(paper_curve, paper_curve),
           l0=((5, 24, -0.05, 0.001), (20, 24, 0.1, 0.01)), l0_control=(0.2, 0.01),
-          speed=((1, 1.0), (16, 10.0), (64, 15.0)),
-          ablation=(("encoder_self", (-0.1, 0.2)), ("decoder_self", (-0.5, 0.0)), ("cross", (-2.0, -0.3)))):
-    """Paper-true by default: 2 of 24 encoder heads significant; both importance orders above the random orders'
-    95% interval ([13.3, 15.7]) and lossless up to 29%; an L0 run keeping 5 of 24 heads (within Voita's 10/48)
-    loses 0.05 BLEU with drop's interval [0.01, 0.09] against the unpruned model and gains against the unpenalised
-    fine-tune; speed-up growing with the batch; enc-dec attention most sensitive. ``curves``/``means``: (Michel's
-    normalised order, the unnormalised one). ``l0``: (kept, gated, delta, p) per lambda > 0 run; ``l0_control``:
-    (delta, p) against the lambda-0 fine-tune, or None. ``ablation``: kind -> single-head changes of one layer
-    (its length is the heads per layer)."""
-    ablation = dict(ablation)
+          speed=((1, 1.0), (16, 10.0), (64, 15.0)), ablation=None):
+    """Paper-true by default (PRECISE "no loss"): 2 of 24 encoder heads significant (after Holm's correction); both
+    importance orders above the random orders' 95% interval ([13.3, 15.7]) and lossless up to 29%; an L0 run keeping
+    5 of 24 heads (within Voita's 10/48) loses 0.05 BLEU with drop's interval [0.01, 0.09] against the unpruned model
+    and gains against the unpenalised fine-tune; speed-up growing with the batch; enc-dec attention most sensitive.
+    ``curves``/``means``: (Michel's normalised order, the unnormalised one). ``l0``: (kept, gated, delta, p) per
+    lambda > 0 run; ``l0_control``: (delta, p) against the lambda-0 fine-tune, or None. ``ablation``: kind ->
+    single-head changes (4 heads per layer; p-values at the default precision), else :func:`_ablation`."""
+    ablation = _ablation(sig, up) if ablation is None else dict(ablation)
     from repro.io import metric as m
 
     c = "head_pruning"
-    rows = [m(c, "significant_heads_fraction", sig / _TOTAL, n=_TOTAL, sweep={"kind": "encoder_self"}),
-            m(c, "significant_heads", sig, n=_TOTAL, sweep={"kind": "encoder_self"}),
-            m(c, "significant_heads_raising_bleu", up, n=sig, sweep={"kind": "encoder_self"})]
+    rows = []
     for order, mean, curve in zip(("importance", "importance_raw"), means, curves):
         rows += _curve_rows(order, curve)
         rows.append(m(c, "pruning_mean_bleu", mean, "BLEU", order=order, seed=None))
@@ -262,16 +297,17 @@ def _rows(sig=2, up=1, means=(20.0, 20.0), rnd_mean=(15.0, 14.0, 14.5), curves=(
             rows.append(m(c, "l0_bleu_delta_vs_control", l0_control[0], "BLEU", lam=lam, heads_kept=k,
                           p_value=l0_control[1]))
     rows += [m(c, "speedup", v, "percent", kind="ratio_time", batch=b) for b, v in speed]
-    rows += [m(c, "ablation_bleu_delta", d, "BLEU", sweep={"kind": k}, layer=0, head=h,
-               p_value=0.001 if abs(d) > 1 else 0.5) for k, ds in ablation.items() for h, d in enumerate(ds)]
+    rows += [m(c, "ablation_bleu_delta", d, "BLEU", sweep={"kind": k}, layer=i // 4, head=i % 4, p_value=_p(d))
+             for k, ds in ablation.items() for i, d in enumerate(ds)]
     return rows
 
 
 def _learned(rows, base=_BASE, copy=12.0):
     from repro.io import metric as m
 
-    return rows + [m("head_pruning", "bleu_unpruned", base, "BLEU", subset="eval"),
-                   m("head_pruning", "bleu_copy_baseline", copy, "BLEU", subset="eval")]
+    return rows + [m("head_pruning", "bleu_unpruned", base, "BLEU", n=250, subset="eval"),
+                   m("head_pruning", "bleu_unpruned", base - 0.5, "BLEU", n=_N_TEST, subset="full_test"),
+                   m("head_pruning", "bleu_copy_baseline", copy, "BLEU", n=250, subset="eval")]
 
 
 def _check(v, *words):
@@ -287,21 +323,19 @@ def _reference_rows():
 
     folder = contract._reference("head_pruning")
     controls = contract._controls("head_pruning")
-    return contract._rows(folder), controls
+    return contract._rows(folder), controls, folder
 
 
 def test_judge_leaves_bleu_checks_undecided_below_the_copy_baseline():
     params = section("head_pruning", "default")
     good = judge_rows(CLAIM, _learned(_rows()), params=params)
     assert good["gates"][0]["passed"] and good["verdict"] == "reproduced", good["reason"]
-    # decided: every BLEU check of the order the scale supports (2 heads per layer: the unnormalised one); the
-    # normalised order's checks are a scale artefact and the CPU speed-up a stand-in
-    undecided = {c["name"]: c["undecided_because"] for c in good["checks"] if c["passed"] is None}
-    assert set(undecided) == {_check(good, "speed-up")["name"], _check(good, "Michel's", "random")["name"],
-                              _check(good, "Michel's", "prunes")["name"]}, undecided
-    assert all("scale artefact" in why for name, why in undecided.items() if "speed-up" not in name)
+    # decided: every BLEU check (both orders: Michel's the headline, the unnormalised one secondary); the CPU
+    # speed-up is a stand-in
+    undecided = {c["name"] for c in good["checks"] if c["passed"] is None}
+    assert undecided == {_check(good, "speed-up")["name"]}, undecided
     decided = [c["name"] for c in good["checks"] if c["passed"] is not None]
-    assert len(decided) == 5 and all(c["passed"] for c in good["checks"] if c["passed"] is not None)
+    assert len(decided) == 7 and all(c["passed"] for c in good["checks"] if c["passed"] is not None)
     # below the copy baseline, above it by less than the gate's margin (3 BLEU), and exactly at it (strict)
     for base in (10.0, 13.0, 15.0):
         v = judge_rows(CLAIM, _learned(_rows(), base=base), params=params)
@@ -329,11 +363,55 @@ def test_judge_speedup_is_a_stand_in_on_cpu_and_decided_on_gpu():
         assert [c["name"] for c in v["checks"] if c["passed"] is False] == [_check(v, "speed-up")["name"]]
 
 
-def test_judge_minority_needs_a_test_with_power():
+def test_holm():
+    assert hp_judge._holm([0.001, 0.02, 0.004, 0.5], 0.01) == [True, False, False, False]  # 0.004 > 0.01/3
+    assert hp_judge._holm([0.001, 0.003, 0.004], 0.01) == [True, True, True]  # 0.001 < .0033, .003 < .005, .004 < .01
+    assert hp_judge._holm([0.0025, 0.5, 0.5, 0.5], 0.01) == [False] * 4  # on Holm's first step: strict
+    assert hp_judge._holm([], 0.01) == []
+
+
+def test_judge_minority_is_corrected_for_multiple_testing():
+    """Michel counts heads at p < 0.01 one by one; over 24 heads chance alone gives one with probability 21%, so the
+    judge counts them with Holm's correction: nominally significant heads that do not survive it are no evidence."""
     p = section("head_pruning", "default")
     v = judge_rows(CLAIM, _learned(_rows(sig=0, up=0)), params=p)
-    minority = [c for c in v["checks"] if "minority" in c["name"]][0]
-    assert minority["passed"] is None and "power" in minority["undecided_because"]
+    minority = _check(v, "minority")
+    assert minority["passed"] is None and "beyond chance" in minority["undecided_because"]
+    # one head at p = 0.002 (the issue's reference): significant uncorrected, not after Holm (0.01 / 24 = 0.00042)
+    rows = _rows(sig=0, up=0)
+    rows = [({**r, "value": -2.5, "sweep": {**r["sweep"], "p_value": 0.002}}
+             if r["metric"] == "ablation_bleu_delta" and r["sweep"]["kind"] == "encoder_self"
+             and (r["sweep"]["layer"], r["sweep"]["head"]) == (0, 0) else r) for r in rows]
+    v = judge_rows(CLAIM, _learned(rows), params=p)
+    minority = _check(v, "minority")
+    assert minority["passed"] is None and "0 of 24 significant after Holm" in minority["measured"]
+    assert "1 at p<0.01 uncorrected" in minority["measured"] and "21%" in minority["measured"], minority
+    # 2 of 24 after the correction: a minority; 13 of 24: more than a quarter matter, beyond chance
+    assert _check(judge_rows(CLAIM, _learned(_rows()), params=p), "minority")["passed"] is True
+    assert _check(judge_rows(CLAIM, _learned(_rows(sig=13)), params=p), "minority")["passed"] is False
+    # a resolution too coarse for the correction: 1,000 resamples give p >= 0.002, no head passes 0.01 / 24
+    v = judge_rows(CLAIM, _learned(_rows()), params={**p, "bootstrap_samples": 1000})
+    minority = _check(v, "minority")
+    assert minority["passed"] is None and "more than 4,800 samples" in minority["undecided_because"]
+
+
+def test_judge_sensitivity_is_decided_by_intervals_not_means():
+    """Enc-dec attention most sensitive: the Welch interval of the difference of the kinds' mean single-head change,
+    heads as the sample; a lower mean inside the spread decides nothing, and a tie neither."""
+    p = section("head_pruning", "default")
+    sens = lambda abl: _check(judge_rows(CLAIM, _learned(_rows(ablation=abl)), params=p), "enc-dec")
+    assert sens(_ablation())["passed"] is True
+    # cross's mean lowest by 0.1 BLEU, heads spread by +-0.4: a point-mean rule would pass it
+    close = sens(_ablation(cross=-0.6, decoder=-0.5))
+    assert close["passed"] is None and "cross - decoder_self" in close["measured"]
+    assert close["power"]["unit"] == "heads per kind" and close["power"]["n_needed"] > 12
+    # equal means: a tie
+    tie = sens(_ablation(cross=-0.5, decoder=-0.5))
+    assert tie["passed"] is None
+    # identical heads on every kind (no spread): a zero-width interval on 0, still a tie
+    flat = {"encoder_self": [-1.0] * 24, "decoder_self": [-1.0] * 12, "cross": [-1.0] * 12}
+    assert sens(flat)["passed"] is None
+    assert sens(_ablation(cross=-0.2, decoder=-2.0))["passed"] is False
 
 
 def test_judge_reproduced_and_each_rule_can_fail():
@@ -345,19 +423,19 @@ def test_judge_reproduced_and_each_rule_can_fail():
     good = judge(_learned(_rows()))
     assert good["verdict"] == "reproduced", good["reason"]
     assert len(good["checks"]) == 8  # minority, enc-dec, random x 2 orders, prunable x 2 orders, L0, speed-up
-    assert [c["name"] for c in good["checks"] if c["passed"] is None] == [
-        _check(good, "Michel's", "random")["name"], _check(good, "Michel's", "prunes")["name"]]
+    assert all(c["passed"] for c in good["checks"])
+    # Michel's protocol as published: his normalised order is the headline's, the unnormalised one secondary
     assert {c["name"] for c in good["checks"] if c["headline"]} == {
-        _check(good, "unnormalised", "prunes")["name"], _check(good, "L0")["name"]}
+        _check(good, "Michel's", "prunes")["name"], _check(good, "L0")["name"]}
     secondary = {
         "minority": (_rows(sig=13), "minority"),
-        "random": (_rows(means=(20.0, 12.0)), "random"),  # below the random orders' interval [13.3, 15.7]
+        "random": (_rows(means=(20.0, 12.0)), "random"),  # the unnormalised order below the random orders' interval
         "speed-up": (_rows(speed=((1, 5.0), (16, 3.0), (64, 2.0))), "speed-up"),
-        "enc-dec most sensitive": (_rows(ablation=(("encoder_self", (-3.0, 0.2)), ("cross", (-0.5, -0.3)))),
-                                   "enc-dec"),
+        "enc-dec most sensitive": (_rows(ablation=_ablation(cross=-0.2, decoder=-2.0)), "enc-dec"),
+        "unnormalised prunable": (_rows(curves=(paper_curve, early_loss_curve)), "unnormalised"),
     }
     headline = {
-        "prunable": (_rows(curves=(paper_curve, early_loss_curve)), "prunes"),
+        "prunable": (_rows(curves=(early_loss_curve, paper_curve)), "Michel's"),
         # the run at Voita's budget loses 2 BLEU; the lossless run keeps 20 of 24 heads (above the budget)
         "l0 budget": (_rows(l0=((5, 24, -2.0, 0.0), (20, 24, -0.05, 0.001))), "L0"),
         "l0 vs control": (_rows(l0_control=(-2.0, 0.0)), "L0"),
@@ -371,44 +449,102 @@ def test_judge_reproduced_and_each_rule_can_fail():
     # loss) says 29% for both curves below, but the judge leaves the headline undecided
     for curve, why in ((lambda fr: STRADDLE if fr < 0.3 else LOSSY, "straddles"),
                        (lambda fr: NO_INTERVAL if fr < 0.3 else LOSSY, "no interval")):
-        rows = _rows(curves=(paper_curve, curve))
+        rows = _rows(curves=(curve, paper_curve))
         assert [r["value"] for r in rows if r["metric"] == "prunable_fraction"
-                and r["sweep"]["order"] == "importance_raw"][0] > 20
+                and r["sweep"]["order"] == "importance"][0] > 20
         v = judge(_learned(rows))
-        pr = _check(v, "unnormalised", "prunes")
+        pr = _check(v, "Michel's", "prunes")
         assert pr["passed"] is None and why in pr["undecided_because"] and v["verdict"] == "inconclusive", why
+    # a lossy level at or below Michel's 20% fails the check whatever the undecided levels before it
+    v = judge(_learned(_rows(curves=(lambda fr: STRADDLE if fr < 0.1 else LOSSY, paper_curve))))
+    assert _check(v, "Michel's", "prunes")["passed"] is False and v["verdict"] == "not_reproduced"
     # no L0 run within Voita's budget (6 of 24 kept > 10/48): the lambdas chose the sparsity, undecided
     v = judge(_learned(_rows(l0=((6, 24, -0.05, 0.001),))))
     l0 = _check(v, "L0")
     assert l0["passed"] is None and "budget" in l0["undecided_because"] and v["verdict"] == "inconclusive"
     none = judge(_learned(_rows(sig=20, means=(1.0, 1.0), curves=(early_loss_curve, early_loss_curve),
                                 l0=((5, 24, -3.0, 0.0),), speed=((1, 5.0), (64, -1.0)),
-                                ablation=(("encoder_self", (-3.0,)), ("cross", (0.0,))))))
+                                ablation=_ablation(sig=20, cross=-0.2, decoder=-2.0))))
     assert none["verdict"] == "not_reproduced"
-    assert sum(c["passed"] is False for c in none["checks"]) == 6 and not any(c["passed"] for c in none["checks"])
+    assert sum(c["passed"] is False for c in none["checks"]) == 8 and not any(c["passed"] for c in none["checks"])
     assert judge(_rows(), scale="tiny")["verdict"] == "not_applicable"
-    # the order the scale supports is judged, the other is not: with 2 heads per layer the normalised order's
-    # failures are a scale artefact (undecided); with 8 (half of Michel's 16) it is judged and the unnormalised
-    # order is the undecided diagnostic
-    eight = (("encoder_self", (-0.1, 0.2) * 4), ("decoder_self", (-0.5, 0.0) * 4), ("cross", (-2.0, -0.3) * 4))
+    # no order is swapped in: Michel's order fails the headline at any heads per layer (4 here, 8 below)
+    eight = {k: v * 2 for k, v in _ablation().items()}  # 8 heads per layer
     normalised_fails = dict(means=(1.0, 20.0), curves=(early_loss_curve, paper_curve))
     raw_fails = dict(means=(20.0, 1.0), curves=(paper_curve, early_loss_curve))
-    assert judge(_learned(_rows(**normalised_fails)))["verdict"] == "reproduced"
-    assert judge(_learned(_rows(**raw_fails)))["verdict"] == "not_reproduced"
-    v = judge(_learned(_rows(ablation=eight, **raw_fails)))
-    assert v["verdict"] == "reproduced", v["reason"]
-    assert all(c["passed"] is None and "diagnostic" in c["undecided_because"]
-               for c in v["checks"] if "unnormalised" in c["name"])
-    assert {c["name"] for c in v["checks"] if c["headline"]} == {
-        _check(v, "Michel's", "prunes")["name"], _check(v, "L0")["name"]}
-    v = judge(_learned(_rows(ablation=eight, **normalised_fails)))
-    assert v["verdict"] == "not_reproduced"
-    assert {c["name"] for c in v["checks"] if c["passed"] is False} == {
-        _check(v, "Michel's", "random")["name"], _check(v, "Michel's", "prunes")["name"]}
-    # the committed reference's rows, made paper-true / paper-false by tests/controls/head_pruning.py
-    ref, controls = _reference_rows()
+    for abl in (None, eight):
+        v = judge(_learned(_rows(ablation=abl, **normalised_fails)))
+        assert v["verdict"] == "not_reproduced", v["reason"]
+        assert {c["name"] for c in v["checks"] if c["passed"] is False} == {
+            _check(v, "Michel's", "random")["name"], _check(v, "Michel's", "prunes")["name"]}
+        v = judge(_learned(_rows(ablation=abl, **raw_fails)))
+        assert v["verdict"] == "partially", v["reason"]
+        assert not any("scale artefact" in (c.get("undecided_because") or "") for c in v["checks"])
+    # the committed reference's rows, made paper-true (precise) / paper-false by tests/controls/head_pruning.py
+    ref, controls, _ = _reference_rows()
     assert judge(controls._true(ref))["verdict"] == "reproduced"
     assert judge(controls.paper_false(ref))["verdict"] == "not_reproduced"
+
+
+def test_paper_true_rows_at_default_precision_cannot_reproduce():
+    """The paper's effect measured as precisely as the default run measures it (every change's SE 0.75 BLEU on 250
+    sentences): what a default run can show holds (a minority of heads after correction, enc-dec most sensitive,
+    both orders beat random), but "no loss" within Voita's 0.15 BLEU needs the drop's 99% interval (+-1.9 BLEU here)
+    inside 0.15: even a true zero drop needs ~40,000 sentences and the corpus's test set has 1,341, so the two
+    headline checks (Michel's prunable fraction, the L0 budget) and the unnormalised prunable fraction cannot reach
+    reproduced at default, and say so. A loss is still decided at default (early_loss_curve: not_reproduced)."""
+    p = section("head_pruning", "default")
+    rows = _rows(curves=(default_curve, default_curve), l0=((5, 24, -0.05, _p(0.05)),),
+                 l0_control=(-0.05, _p(0.05)))
+    v = judge_rows(CLAIM, _learned(rows), params=p, device="cuda")
+    assert v["verdict"] == "inconclusive", v["reason"]
+    cannot = {c["name"]: c for c in v["checks"] if c["passed"] is None}
+    assert set(cannot) == {_check(v, "Michel's", "prunes")["name"], _check(v, "unnormalised", "prunes")["name"],
+                           _check(v, "L0")["name"]}, set(cannot)
+    assert all(c["passed"] is True for c in v["checks"] if c["name"] not in cannot)
+    for c in cannot.values():
+        assert "no size this corpus allows" in c["undecided_because"] and "1,341" in c["undecided_because"], c
+        pw = c["power"]
+        assert pw["unit"] == "test sentences" and pw["n"] == 250 and pw["available"] == _N_TEST
+        assert pw["zero_drop_n"] > 30 * _N_TEST and (pw["n_needed"] is None or pw["n_needed"] > _N_TEST), pw
+    # the same rows on the reference's schema (tests/controls/head_pruning.py) say the same
+    ref, controls, folder = _reference_rows()
+    import test_judge_contract as contract
+
+    v = contract._judge("head_pruning", folder, controls.paper_true_at_default(ref), controlled=True)
+    assert v["verdict"] == "inconclusive"
+    assert all(c["passed"] is None and "no size this corpus allows" in c["undecided_because"]
+               for c in v["checks"] if c["headline"])
+    # a loss is decided at the default precision: the headline can fail
+    v = judge_rows(CLAIM, _learned(_rows(curves=(early_loss_curve, default_curve))), params=p)
+    assert v["verdict"] == "not_reproduced" and _check(v, "Michel's", "prunes")["passed"] is False
+
+
+def test_ties_decide_nothing():
+    """tests/controls/head_pruning.py's ties (the lossless run ends exactly at Michel's 20%; the gate exactly at its
+    margin; pruned models equal to the unpruned one) leave the headline undecided: the verdict is inconclusive, no
+    check fails on a tie."""
+    import test_judge_contract as contract
+
+    ref, controls, folder = _reference_rows()
+    for i, rows in enumerate(controls.ties(ref)):
+        v = contract._judge("head_pruning", folder, rows, controlled=True)
+        assert v["verdict"] == "inconclusive", (i, v["reason"])
+        assert any(c["passed"] is None for c in v["checks"] if c["headline"]), i
+        assert not any(c["passed"] is False for c in v["checks"] if c["headline"]), i
+    tie = controls.ties(ref)[0]
+    v = contract._judge("head_pruning", folder, tie, controlled=True)
+    assert "tie" in _check(v, "Michel's", "prunes")["undecided_because"]
+    # the random orders' interval edge exactly at the importance order's mean: undecided, not failed
+    p = section("head_pruning", "default")
+    from repro.stats import sample_interval
+
+    _, _, hi, _ = sample_interval([15.0, 14.0, 14.5])
+    v = judge_rows(CLAIM, _learned(_rows(means=(hi, 20.0))), params=p)
+    assert _check(v, "Michel's", "random")["passed"] is None
+    # the minority count exactly on judge.minority_fraction (6 of 24 = 25%): undecided
+    v = judge_rows(CLAIM, _learned(_rows(sig=6)), params=p)
+    assert _check(v, "minority")["passed"] is None
 
 
 def test_judge_null_data_never_reproduces():
@@ -417,7 +553,7 @@ def test_judge_null_data_never_reproduces():
     p = section("head_pruning", "default")
     flat = _rows(sig=0, up=0, means=(15.0, 15.0), rnd_mean=(15.0, 15.0, 15.0),
                  curves=(lambda fr: NO_INTERVAL, lambda fr: NO_INTERVAL), l0=((24, 24, 0.0, 1.0),),
-                 l0_control=(0.0, 1.0), ablation=(("encoder_self", (0.0, 0.0)), ("cross", (0.0, 0.0))))
+                 l0_control=(0.0, 1.0), ablation={"encoder_self": [0.0] * 8, "cross": [0.0] * 8})
     v = judge_rows(CLAIM, _learned(flat), params=p)
     assert v["verdict"] in ("not_reproduced", "inconclusive")
     assert not any(c["passed"] for c in v["checks"] if c["headline"])
@@ -428,19 +564,31 @@ def test_judge_reads_its_thresholds_from_the_judge_section():
     """The judge: keys decide (config/claims/head_pruning.yaml), and the checks name the ones they decide with."""
     p = section("head_pruning", "default")
     T = config.thresholds(CLAIM, "default")
-    assert set(T) == {"minority_fraction", "min_bleu_over_copy", "min_accuracy_over_majority",
-                      "normalised_min_heads_fraction"}
+    assert set(T) == {"minority_fraction", "min_bleu_over_copy", "min_accuracy_over_majority"}
     good = judge_rows(CLAIM, _learned(_rows()), params=p)
     assert _check(good, "minority")["thresholds"] == {"minority_fraction": T["minority_fraction"]}
-    # 2 of 24 significant (8%): not a minority below 5%
+    # 2 of 24 significant after the correction (8%): more than a 5% minority
     v = judge_rows(CLAIM, _learned(_rows()), params=p, thresholds={**T, "minority_fraction": 0.05})
     assert _check(v, "minority")["passed"] is False and v["verdict"] == "partially", v["reason"]
     assert _check(v, "minority")["thresholds"] == {"minority_fraction": 0.05}
     # the unpruned model 18 BLEU above copying the source: a gate asking for 20 leaves every BLEU check undecided
     v = judge_rows(CLAIM, _learned(_rows()), params=p, thresholds={**T, "min_bleu_over_copy": 20.0})
     assert not v["gates"][0]["passed"] and v["verdict"] == "inconclusive"
-    # 2 heads per layer support Michel's normalised order once 1/8 of his 16 is enough: it is judged then
-    v = judge_rows(CLAIM, _learned(_rows()), params=p, thresholds={**T, "normalised_min_heads_fraction": 0.125})
-    assert _check(v, "Michel's", "prunes")["headline"] and _check(v, "Michel's", "prunes")["passed"] is True
-    assert "diagnostic" in _check(v, "unnormalised", "prunes")["undecided_because"]
-    assert _check(v, "Michel's", "prunes")["thresholds"] == {"normalised_min_heads_fraction": 0.125}
+    assert v["gates"][0]["thresholds"] == {"min_bleu_over_copy": 20.0}
+
+
+def test_shared_bootstrap_equals_paired_bootstrap():
+    """The measurement's bootstrap (resample counts and the reference's resampled BLEU computed once per run) gives
+    repro.train.bleu.paired_bootstrap's numbers exactly, for a changing reference system too."""
+    import numpy as np
+
+    from repro.train.bleu import paired_bootstrap, sentence_stats
+
+    rng = np.random.default_rng(0)
+    words = "the a cat dog sat on mat house red blue".split()
+    refs = [" ".join(rng.choice(words, 8)) for _ in range(60)]
+    hyp = lambda: [" ".join(w if rng.random() > 0.3 else str(rng.choice(words)) for w in r.split()) for r in refs]
+    a, b, c = (sentence_stats(hyp(), refs) for _ in range(3))
+    shared = hp._SharedBootstrap()
+    for x, y, n in ((a, b, 300), (a, c, 300), (b, c, 300), (a, b, 300), (a, b, 200)):
+        assert shared(x, y, n, 0, 0.01) == paired_bootstrap(x, y, n, 0, 0.01)

@@ -4,14 +4,22 @@ The reference rows carry, per pruned model, the BLEU and the paired-bootstrap p-
 the judge recovers each change's interval from them. ``paper_false`` reverses the claim with the gate (the unpruned
 model beats copying the source) kept as measured: every pruned model loses most of its BLEU with p = 0 (both orders),
 importance pruning is no better than random, every L0 run loses BLEU at any sparsity, and every encoder head matters.
-``ties`` starts from a paper-true version of the rows (which the judge says is reproduced) and puts one headline
-quantity or gate exactly on its threshold (the judge: section of config/claims/head_pruning.yaml).
+``ties`` starts from a precise paper-true version of the rows (``_true``, which the judge says is reproduced: its
+changes are significant gains, as a test set of some 40,000 sentences would measure a true zero drop) and puts one
+headline quantity or gate exactly on its threshold (the judge: section of config/claims/head_pruning.yaml).
+``paper_true_at_default`` is the paper's effect at the precision the default measurement reaches (each pruned model's
+BLEU change as uncertain as the reference's own): the judge cannot say reproduced of it (the 0.15-BLEU margin of
+"no loss" is narrower than BLEU's sampling error on any size the corpus allows), and says why.
 ``threshold_rows`` gives rows on which a threshold the CPU reference cannot reach matters: the BERT experiment's
-gate (``min_accuracy_over_majority``) needs MNLI rows (built as tests/test_head_pruning_mnli.py builds them).
+gate (``min_accuracy_over_majority``) needs MNLI rows (built as tests/test_head_pruning_mnli.py builds them), and
+``minority_fraction`` a family of single-head tests small enough for Holm's correction at the reference's 1,000
+bootstrap resamples (its p-values are no finer than 0.002: above 0.01 / 24).
 """
 from __future__ import annotations
 
-from controls import edit, values
+from statistics import NormalDist, median
+
+from controls import _eq, edit, values
 from repro import config
 
 
@@ -21,7 +29,7 @@ def _set(rows: list[dict], metric: str, fn, **where) -> list[dict]:
     out = []
     for r in edit(rows, metric, lambda r: r["value"], **where):
         cond = {k.replace("sweep_", "", 1): v for k, v in where.items()}
-        if r.get("metric") == metric and all(str(r["sweep"].get(k)) == str(v) for k, v in cond.items()) \
+        if r.get("metric") == metric and all(_eq(r["sweep"].get(k), v) for k, v in cond.items()) \
                 and r.get("value") is not None:
             value, p = fn(r)
             r = {**r, "value": value, "sweep": {**r["sweep"], "p_value": p}, "sweep.p_value": p}
@@ -46,7 +54,8 @@ def paper_false(rows: list[dict]) -> list[dict]:
     rows = _set(rows, "l0_bleu_delta", lambda r: (r["value"], r["sweep"]["p_value"]) if r["sweep"]["lam"] == 0
                 else (-0.8 * base, 0.0))
     rows = _set(rows, "l0_bleu_delta_vs_control", lambda r: (-0.8 * base, 0.0))
-    # every single head matters
+    # every single head matters (the judge counts them from the ablations' p-values)
+    rows = _set(rows, "ablation_bleu_delta", lambda r: (-0.5 * base, 0.0))
     rows = edit(rows, "significant_heads", lambda r: r["n"])
     rows = edit(rows, "significant_heads_fraction", lambda r: 1.0)
     return rows
@@ -69,14 +78,48 @@ def _true(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def _se(rows: list[dict]) -> float:
+    """The median standard error of the pruned models' BLEU changes (every order's pruning levels), recovered from
+    each level's change and p-value as the judge recovers it (se = |delta| / z(1 - p/2); p = 0 or 1 give none): the
+    precision the measurement reached."""
+    base, ses = _base(rows), []
+    for r in rows:
+        p = r.get("sweep.p_value")
+        if r.get("metric") != "pruning_bleu" or r.get("value") is None or p is None or not 0 < float(p) < 1:
+            continue
+        ses.append(abs(float(r["value"]) - base) / NormalDist().inv_cdf(1 - float(p) / 2))
+    return median(ses)
+
+
+def paper_true_at_default(rows: list[dict]) -> list[dict]:
+    """The paper's effect at the precision the default measurement reaches: in both orders the pruned models up to
+    29% of the heads lose 0.05 BLEU (a true "no loss" within Voita's 0.15) with the reference's own standard error of
+    a pruned model's change (the median over its pruning levels, about 1 BLEU on 250 sentences: p ~ 0.96), then BLEU
+    collapses; random orders worse;
+    an L0 run at Voita's budget loses 0.05 BLEU against both references at that precision. Everything a default run
+    can show holds; "no loss" cannot be shown at this precision."""
+    base = _base(rows)
+    se = _se(rows)
+    p_small = 2 * (1 - NormalDist().cdf(0.05 / se))
+    for order in ("importance", "importance_raw"):
+        rows = _set(rows, "pruning_bleu", lambda r: (r["value"], 1.0) if r["sweep"]["pruned"] == 0 else
+                    (base - 0.05, p_small) if r["sweep"]["fraction"] < 0.3 else (0.1 * base, 0.0), sweep_order=order)
+    rnd = values(rows, "pruning_mean_bleu", sweep_order="random")
+    rows = edit(rows, "pruning_mean_bleu", lambda r: max(rnd) + 10.0, sweep_order=["importance", "importance_raw"])
+    rows = _set(rows, "l0_bleu_delta", lambda r: (-0.05, p_small))
+    rows = _set(rows, "l0_bleu_delta_vs_control", lambda r: (-0.05, p_small))
+    return rows
+
+
 def ties(rows: list[dict]) -> list[list[dict]]:
     t = _true(rows)
     out = []
-    # 1. the lossless run ends exactly at Michel's 20% (the 21% level re-labelled 20%), then a lossy level
+    # 1. the lossless run of Michel's order (the headline's) ends exactly at his 20% (the 21% level re-labelled 20%),
+    #    then a lossy level
     x = [({**r, "sweep": {**r["sweep"], "fraction": 0.2}, "sweep.fraction": 0.2}
           if r["metric"] == "pruning_bleu" and r["sweep"].get("pruned") == 10 else r) for r in t]
     x = _set(x, "pruning_bleu", lambda r: (0.1 * _base(rows), 0.0) if 0.25 < r["sweep"]["fraction"] else
-             (r["value"], r["sweep"]["p_value"]), sweep_order="importance_raw")
+             (r["value"], r["sweep"]["p_value"]), sweep_order="importance")
     out.append(x)
     # 2. the gate exactly at its margin (judge.min_bleu_over_copy, 3 BLEU, above copying the source)
     copy = values(t, "bleu_copy_baseline", sweep_subset="eval")[0]
@@ -125,4 +168,11 @@ def threshold_rows(rows: list[dict], key: str) -> list[dict] | None:
     """Rows on which judge.``key`` matters where the CPU reference's rows cannot show it, else None."""
     if key == "min_accuracy_over_majority":  # the BERT experiment's gate: no MNLI rows in the WMT reference
         return mnli_rows()
+    if key == "minority_fraction":  # one encoder layer's 4 heads, one of them significant with p = 0 (read 0.002 <
+        # 0.01 / 4): 1 of 4 after Holm's correction and uncorrected, 25%, on the default 0.25 (a tie); 0.5 passes it
+        keep = [r for r in rows if not (r.get("metric") == "ablation_bleu_delta" and r.get("sweep.kind") ==
+                                        "encoder_self" and float(r.get("sweep.layer") or 0) != 0)]
+        return _set(keep, "ablation_bleu_delta", lambda r: (r["value"], 0.0 if float(r["sweep"]["head"]) == 2 else
+                                                            max(float(r["sweep"]["p_value"]), 0.01)),
+                    sweep_kind="encoder_self")
     return None
