@@ -296,6 +296,17 @@ def _claim_core_minutes(claim: str, results_dir: Path) -> float | None:
     return total or None
 
 
+def _needed_text(pw: dict) -> str:
+    """The sample that would decide a check, beside what the data has (``available``, e.g. a test set's size)."""
+    need, unit, have = pw.get("n_needed"), pw.get("unit", ""), pw.get("available")
+    if need is None:
+        return f"never: {pw.get('why')}"
+    text = f"{need:,} {unit}"
+    if have is not None and need > have:
+        text += f" (the data has {have:,}: no size it allows)"
+    return text
+
+
 def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
     """"What would decide this": for each undecided check that carries its power numbers (repro.verdicts.power),
     the interval, the threshold, the sample now and the sample that would decide it if the point estimate held, and
@@ -315,8 +326,7 @@ def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
         thr = f"[{thr[0]:.4g}, {thr[1]:.4g}]" if isinstance(thr, (list, tuple)) else f"{thr:.4g}"
         rows.append({"check": headline.clip(c["name"], 70), "measured [interval]":
                      f"{pw['value']:.4g} [{pw['lo']:.4g}, {pw['hi']:.4g}]", "threshold": thr,
-                     "now": f"{pw['n']} {pw['unit']}", "would decide at": (f"{need:,} {pw['unit']}" if need is not None
-                                                                          else f"never: {pw.get('why')}"),
+                     "now": f"{pw['n']} {pw['unit']}", "would decide at": _needed_text(pw),
                      "cost": cost})
     if not rows:
         return []
