@@ -25,6 +25,9 @@ perplexity and healing text are a seeded split of the file's lines (Gromov et al
 report perplexity and QA accuracy; task accuracy is not measured here).
 
 Layers are bypassed with ``BlockStack.skip`` for evaluation and removed with ``BlockStack.drop_layers`` for healing.
+Each similarity rule is compared with each random draw at each removal count on the same sentences (the
+``paired_delta_vs_random`` rows: rule - draw in BLEU, or in validation NLL for the LM, with a paired-bootstrap
+interval over the sentences, ``paired``), from the decodes and scores already made.
 BLEU is on the first ``eval.test_sentences`` test sentences (or the placeholder-free subset); the unpruned model's
 full-test and clean-subset BLEU and the copy baseline are reported beside it (the corpus's messages hold
 placeholders, options and paths that a translation copies verbatim, so copying the source scores BLEU too).
@@ -52,9 +55,9 @@ from repro.data.baselines import unigram_ppl
 from repro.data.batching import EncodedCorpus
 from repro.data.text import read_lines
 from repro.io import atomic_write_json, atomic_write_text, metric
-from repro.train.bleu import bleu_report, corpus_bleu
+from repro.train.bleu import bleu_report, bootstrap_indices, corpus_bleu, paired_bootstrap, sentence_stats
 from repro.train.decode import DecodeConfig
-from repro.train.loop import evaluate_loss, train
+from repro.train.loop import evaluate_loss, model_loss, train
 from repro.train.pipeline import batches_fn, encode_splits, load_data, valid_batches
 
 CLAIM = "layer_pruning"
@@ -241,25 +244,81 @@ def heal_counts(L: int, fractions: list[float]) -> list[int]:
 
 # --------------------------------------------------------------------------------------------------- quality
 
+@torch.no_grad()
+def sentence_nll(model, batches, pad_id: int, device) -> tuple[dict, np.ndarray]:
+    """``evaluate_loss``'s numbers (the same per-token NLL and perplexity, from the same summed NLL) and, per
+    validation sentence in corpus order, its summed NLL and its target tokens ((N, 2)): the units a paired bootstrap
+    over sentences resamples (:func:`paired_nll`)."""
+    was = model.training
+    model.eval()
+    tot, n, nll_s, tok_s, idx = 0.0, 0, [], [], []
+    for b in batches:
+        b = b.to(device)
+        _, nll, logits = model_loss(model, b, 0.0, pad_id)
+        tot += float(nll)
+        n += b.ntokens
+        keep = b.tgt_out != pad_id
+        if logits.dim() == 3:  # logits at every position (B, T, V)
+            logits = logits[keep]
+        # logits at the real target positions (N, V), row-major: summed per sentence
+        per_tok = F.cross_entropy(logits.float(), b.tgt_out[keep], reduction="none").double()
+        row = keep.nonzero()[:, 0]
+        nll_s.append(torch.zeros(keep.shape[0], dtype=torch.float64, device=per_tok.device)
+                     .index_add_(0, row, per_tok).cpu().numpy())
+        tok_s.append(keep.sum(1).cpu().numpy())
+        idx.append(b.index.cpu().numpy())
+    model.train(was)
+    order = np.argsort(np.concatenate(idx), kind="stable") if idx else np.zeros(0, dtype=np.int64)
+    units = (np.stack([np.concatenate(nll_s)[order], np.concatenate(tok_s)[order].astype(np.float64)], 1)
+             if idx else np.zeros((0, 2)))
+    return {"nll": tot / max(n, 1), "ppl": math.exp(min(tot / max(n, 1), 50)), "tokens": n}, units
+
+
+def paired_nll(units_a: np.ndarray, units_b: np.ndarray, samples: int, seed: int, alpha: float) -> dict:
+    """Paired bootstrap over validation sentences of NLL(b) - NLL(a) (nats/token), the units of
+    :func:`sentence_nll` for two models on the same sentences: the observed difference and its (1 - alpha)
+    percentile interval (the resampled sentence sets are :func:`repro.train.bleu.bootstrap_indices`', as BLEU's)."""
+    a, b = np.asarray(units_a, dtype=np.float64), np.asarray(units_b, dtype=np.float64)
+    if a.shape != b.shape or not np.array_equal(a[:, 1], b[:, 1]):
+        raise ValueError("paired_nll: the two models were scored on different sentences")
+    n = a.shape[0]
+    counts = np.zeros((samples, n))
+    np.add.at(counts, (np.repeat(np.arange(samples), n), bootstrap_indices(n, samples, seed).reshape(-1)), 1)
+    diff, tok = b[:, 0] - a[:, 0], a[:, 1]
+    delta = (counts @ diff) / np.maximum(counts @ tok, 1)
+    q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
+    return {"delta": float(diff.sum() / max(tok.sum(), 1)), "delta_ci": [float(x) for x in np.percentile(delta, q)]}
+
+
 class Evaluator:
     """Quality of one stack with some layers removed: BLEU on the test subset (translation) and validation NLL /
-    perplexity; results memoised by the removed set (rules often agree)."""
+    perplexity; results memoised by the removed set (rules often agree). ``units`` keeps, per removed set, what a
+    paired comparison resamples: per test sentence BLEU's sufficient statistics (translation), per validation sentence
+    the summed NLL and tokens (LM)."""
 
     def __init__(self, t, stack: str, ev: dict, data: dict, device):
         self.t, self.stack, self.ev, self.data, self.device = t, stack, ev, data, device
         self.dcfg = DecodeConfig.from_params(ev)
         self.cache: dict = {}
+        self.units: dict = {}
 
     def quality(self, model, key=None) -> dict:
         if key is not None and key in self.cache:
             return self.cache[key]
         t0 = time.perf_counter()
-        r = evaluate_loss(model, self.data["valid"], self.t.tokenizer.pad_id, device=self.device)
+        pad = self.t.tokenizer.pad_id
+        if self.stack == "lm" and key is not None:  # the same numbers as evaluate_loss, and per sentence
+            r, units = sentence_nll(model, self.data["valid"], pad, self.device)
+            self.units[key] = units
+        else:
+            r = evaluate_loss(model, self.data["valid"], pad, device=self.device)
         q = {"valid_nll": r["nll"], "valid_ppl": r["ppl"]}
         if self.stack != "lm":  # Trained.translate_split: data-bin ids and vocabulary limits of imported models
             hyps, _ = replace(self.t, model=model).translate_split(self.data["test_corpus"], "test", self.dcfg,
                                                                    self.device)
             q["bleu"] = corpus_bleu(hyps, self.data["test_ref"]).score
+            if key is not None:
+                self.units[key] = sentence_stats(hyps, self.data["test_ref"])
         q["seconds"] = time.perf_counter() - t0
         if key is not None:
             self.cache[key] = q
@@ -435,6 +494,43 @@ def _unhealed_table(t, evaluator: Evaluator, stack: str, params: dict, L: int, b
     return table
 
 
+SIMILARITY_RULES = ("bi", "angular")
+
+
+def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp: dict) -> list[dict]:
+    """Each similarity rule (BI, angular) against each random draw at each removal count below ``L``, unhealed,
+    paired over the same evaluation sentences (decodes and scores already made, from ``evaluator.units``): the
+    difference rule - draw in BLEU (translation: paired bootstrap of corpus BLEU, Koehn 2004) or in validation
+    NLL (LM, nats/token: paired bootstrap of the sentences' summed NLL over their tokens), with its
+    (1 - ``paired.alpha``) percentile interval over ``paired.samples`` resamples (seed ``paired.seed``). A draw
+    that removed exactly the rule's layers gives a difference of 0 on [0, 0]: a tie."""
+    lm = stack == "lm"
+    draws = [r for r in table if r["rule"] == "random" and not r["healed"]]
+    done: dict = {}
+    rows = []
+    for r in table:
+        if r["rule"] not in SIMILARITY_RULES or r["healed"] or not 0 < r["n_removed"] < L:
+            continue
+        ub = evaluator.units.get(("skip", tuple(sorted(r["layers"]))))
+        for d in [d for d in draws if d["n_removed"] == r["n_removed"]]:
+            ua = evaluator.units.get(("skip", tuple(sorted(d["layers"]))))
+            if ua is None or ub is None:
+                continue
+            key = (tuple(sorted(r["layers"])), tuple(sorted(d["layers"])))
+            if key not in done:  # BI and angular often pick the same layers, draws repeat too
+                res = (paired_nll(ua, ub, pp["samples"], pp["seed"], pp["alpha"]) if lm else
+                       paired_bootstrap(ua, ub, pp["samples"], pp["seed"], pp["alpha"]))
+                done[key] = (res["delta"], *res["delta_ci"])
+            delta, lo, hi = done[key]
+            rows.append(metric(CLAIM, "paired_delta_vs_random", delta, "nats/token" if lm else "BLEU",
+                               kind="statistic", n=len(ub), stack=stack, rule=r["rule"], n_removed=r["n_removed"],
+                               seed=d["seed"], healed=False, quality="valid_nll" if lm else "bleu",
+                               layers=",".join(map(str, r["layers"])),
+                               random_layers=",".join(map(str, d["layers"])), lo=lo, hi=hi,
+                               alpha=pp["alpha"], samples=pp["samples"]))
+    return rows
+
+
 def _healed_table(t, evaluator: Evaluator, stack: str, params: dict, data: dict, device, L: int, bi: list[float],
                   ang: dict, shared: dict | None) -> list[dict]:
     """Quality after healing each ``heal.rules`` selection at each ``heal.fractions`` count (and the control: the
@@ -501,6 +597,7 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path, shared
     rows += _profile_rows(stack, tokens, prof, bi, ang, data)
     evaluator = Evaluator(t, stack, params["eval"], data, device)
     table = _unhealed_table(t, evaluator, stack, params, L, bi, ang)
+    rows += paired_rows(table, evaluator, stack, L, params["paired"])
     table += _healed_table(t, evaluator, stack, params, data, device, L, bi, ang, shared)
     rows += _quality_rows(table, stack, L, params["heal"], data)
     rows += collapse_rows(table, stack, L, params)

@@ -18,7 +18,8 @@ import numpy as np
 
 from repro import registry
 from repro.claims.layer_pruning import CLAIM, STACKS
-from repro.verdicts import Rows, check, gate, gated, numbers, setup_table, uses, verdict_from_checks
+from repro.verdicts import (Rows, check, decide_interval, decide_point, gate, gated, numbers, setup_table,
+                            uses, verdict_from_checks)
 
 
 def _quality_curve(R: Rows, stack, rule, healed=False) -> dict[int, float]:
@@ -137,61 +138,213 @@ def _bi_depth_checks(j: _Judging) -> list[dict]:
     if L < 2:
         return []
     k = max(1, L // 2)
-    low = sorted(sorted(bi)[:k], key=lambda x: x[1])
+    ranked = sorted(bi)
+    low = sorted(ranked[:k], key=lambda x: x[1])
     mean_idx = float(np.mean([i for _, i in low]))
-    rest = [b for b, i in bi if (b, i) not in low]
-    # strictly deep and strictly less influential: a tie (equal BI everywhere, a half straddling the
-    # middle) never passes, whichever way the sort breaks it
-    separated = bool(rest) and float(np.mean([b for b, _ in low])) < float(np.mean(rest))
-    return [gated(check(f"{s}: the least influential layers (BI) are deep",
-                        mean_idx > (L - 1) / 2 and separated,
+    # a tie decides nothing: when the k-th and (k+1)-th lowest BI are equal (equal BI everywhere) the lowest half is
+    # not determined by the measurement, and a half centred on the middle is neither deep nor shallow
+    tied = k < len(ranked) and ranked[k - 1][0] == ranked[k][0]
+    passed = None if tied else decide_point(mean_idx, above=(L - 1) / 2)
+    why = ("the lowest-BI half is not determined: layers tie in BI at its edge" if tied else
+           "the lowest-BI half is centred on the middle layer" if passed is None else None)
+    return [gated(check(f"{s}: the least influential layers (BI) are deep", passed,
                         f"BI per layer {', '.join(f'{b:.3f}' for b, _ in bi)}; lowest {k}: layers "
                         f"{[i for _, i in low]}", f"deep layers have the lowest BI (ShortGPT removes "
                         f"layers {min(pub['sg_layers'])}-{max(pub['sg_layers'])} of Llama2-7B's {pub['sg_L']})",
-                        headline=True,
+                        headline=True, undecided_because=why,
                         numbers=numbers(mean_idx / (L - 1), "mean relative depth of the lowest-BI half",
                                         paper=pub["sg_depth"], compare="difference")), j.lm_gates)]
 
 
-def _random_draws(R: Rows, stack) -> dict[int, list[float]]:
-    """Quality of each random draw (seed) per removal count, unhealed (the random baseline's spread)."""
+def _layers(r: dict) -> tuple[int, ...] | None:
+    """The layers a row's selection removed (the ``layers`` sweep, "3,4" or a number once read back from csv),
+    None where the rows do not say."""
+    v = r["sweep"].get("layers")
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, (int, float)):
+        return (int(v),)
+    return tuple(int(float(x)) for x in str(v).split(",") if x.strip())
+
+
+@dataclass
+class _Versus:
+    """One comparison of "the similarity rules beat random": a distinct selection (the rules that picked it) at one
+    removal count against the random draws there; ``outcomes`` per draw: +1 better, -1 worse, 0 a tie (the same
+    layers, an equal score, or a paired interval touching 0), with how it was decided."""
+    stack: str
+    n: int
+    rules: list[str]
+    outcomes: list[tuple[int, str]]
+
+    @property
+    def result(self) -> int:
+        """+1 (won: better than more than half of the draws), -1 (lost: worse than more than half), 0 (undecided):
+        the selection's place in the random draws' distribution, above or below its median."""
+        k = len(self.outcomes)
+        better, worse = sum(o > 0 for o, _ in self.outcomes), sum(o < 0 for o, _ in self.outcomes)
+        return 1 if better > k / 2 else -1 if worse > k / 2 else 0
+
+    def text(self) -> str:
+        k = len(self.outcomes)
+        better, worse = sum(o > 0 for o, _ in self.outcomes), sum(o < 0 for o, _ in self.outcomes)
+        ties = k - better - worse
+        how = sorted({h for _, h in self.outcomes})
+        return (f"{self.stack} n={self.n} ({'='.join(self.rules)}): better than {better}, worse than {worse}"
+                + (f", tied with {ties}" if ties else "") + f" of {k} draws ({'/'.join(how)})"
+                + {1: " -> won", -1: " -> lost", 0: " -> undecided"}[self.result])
+
+
+def _versus(R: Rows, stack: str, L: int) -> list[_Versus]:
+    """The comparisons on ``stack``: at each removal count 0 < n < L with random draws, each distinct selection of
+    the similarity rules (BI and angular picking the same layers count once; rows without their layers: the same
+    score) against every draw (seed), decided by the ``paired_delta_vs_random`` row's paired interval where the
+    measurement recorded one (rule - draw over the same sentences), else by the point values; a draw that removed
+    exactly the selection's layers, or an equal score, is a tie."""
     qname = "valid_ppl" if stack == "lm" else "bleu"
-    return {n: v.values() for n, v in R.metric(qname).where(stack=stack, healed=False, rule="random")
-            .by("n_removed").items()}
+    hib = stack != "lm"
+    unhealed = R.metric(qname).where(stack=stack, healed=False)
+    draws = unhealed.where(rule="random").by("n_removed")
+    paired = {(r["sweep"]["rule"], r["sweep"]["n_removed"], r["sweep"].get("seed")): r
+              for r in R.metric("paired_delta_vs_random").where(stack=stack)}
+    out = []
+    for n, at in sorted(unhealed.filter(lambda r: r["sweep"]["rule"] in ("bi", "angular")).by("n_removed").items()):
+        if not (0 < n < L) or n not in draws:
+            continue
+        groups: dict = {}
+        for r in at:
+            lay = _layers(r)
+            groups.setdefault(lay if lay is not None else ("score", r["value"]), []).append(r)
+        for rs in groups.values():
+            r = rs[0]
+            outcomes = []
+            for d in draws[n]:
+                pr = paired.get((r["sweep"]["rule"], n, d["sweep"].get("seed")))
+                if _layers(r) is not None and _layers(r) == _layers(d):
+                    dec, how = None, "same layers"
+                elif pr is not None and pr["sweep"].get("lo") is not None and pr["sweep"].get("hi") is not None:
+                    lo, hi = float(pr["sweep"]["lo"]), float(pr["sweep"]["hi"])
+                    dec = decide_interval(lo, hi, above=0.0) if hib else decide_interval(lo, hi, below=0.0)
+                    how = "paired interval"
+                else:
+                    dec = (decide_point(r["value"], above=d["value"]) if hib else
+                           decide_point(r["value"], below=d["value"]))
+                    how = "point value"
+                outcomes.append((0 if dec is None else 1 if dec else -1, how))
+            out.append(_Versus(stack, n, [x["sweep"]["rule"] for x in rs], outcomes))
+    return out
+
+
+def _binom_tail(k: int, n: int, p: float = 0.5, upper: bool = True) -> float:
+    """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, p): exact sums (integers at p = 1/2, log space
+    otherwise). A private helper: scipy is not among the suite's dependencies (repro/stats.py)."""
+    idx = range(max(k, 0), n + 1) if upper else range(min(k, n) + 1)
+    if not len(idx):
+        return 0.0
+    if p == 0.5:
+        return min(1.0, sum(math.comb(n, i) for i in idx) / 2 ** n)
+    if p <= 0.0 or p >= 1.0:
+        hit = (n if p >= 1.0 else 0) in idx
+        return 1.0 if hit else 0.0
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+            + (n - i) * math.log1p(-p) for i in idx]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
+
+
+def _sign_test(wins: int, decided: int) -> tuple[float, float]:
+    """One-sided exact sign test of ``wins`` of ``decided`` against 1/2: (p more wins, p more losses)."""
+    return _binom_tail(wins, decided, upper=True), _binom_tail(wins, decided, upper=False)
+
+
+def _clopper_pearson(k: int, n: int, tail: float) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a binomial share with ``tail`` in each tail (dual to the one-sided
+    tests: the lower edge lies above 1/2 exactly when P(X >= k | 1/2) < tail)."""
+    def solve(f, target):  # f increasing in p: the p where f(p) = target
+        a, b = 0.0, 1.0
+        for _ in range(60):
+            m = (a + b) / 2
+            a, b = (m, b) if f(m) < target else (a, m)
+        return (a + b) / 2
+    lo = 0.0 if k == 0 else solve(lambda q: _binom_tail(k, n, q, upper=True), tail)
+    hi = 1.0 if k == n else solve(lambda q: -_binom_tail(k, n, q, upper=False), -tail)
+    return lo, hi
+
+
+def _sign_power(wins: int, decided: int, alpha: float) -> dict:
+    """What would decide the sign test if the win share held: the smallest number of decided comparisons (above
+    the present one) whose one-sided exact sign-test p-value at that share falls below ``alpha``, in the fields of
+    repro.verdicts.power with the (1 - 2 alpha) Clopper-Pearson interval of the share (exact up to 5,000
+    comparisons, the normal approximation beyond)."""
+    from statistics import NormalDist
+
+    unit = "decided comparisons"
+    if not decided:
+        return {"n": 0, "unit": unit, "value": math.nan, "lo": math.nan, "hi": math.nan, "threshold": 0.5,
+                "half_width": math.inf, "n_needed": None,
+                "why": "no decided comparison: every selection tied with, or sat between, the random draws"}
+    share = wins / decided
+    lo, hi = _clopper_pearson(wins, decided, alpha)
+    out = {"n": decided, "unit": unit, "value": share, "lo": lo, "hi": hi, "threshold": 0.5,
+           "half_width": (hi - lo) / 2, "n_needed": None, "why": None}
+    if share == 0.5:
+        out["why"] = "the win share sits at 1/2: no number of comparisons decides a tie"
+        return out
+    top = 5000
+    lg = np.array([math.lgamma(x + 1) for x in range(top + 1)])
+    for n in range(decided + 1, top + 1):
+        k = math.floor(share * n + 0.5)
+        i = np.arange(k, n + 1) if share > 0.5 else np.arange(0, k + 1)
+        if np.exp(lg[n] - lg[i] - lg[n - i] - n * math.log(2)).sum() < alpha:
+            out["n_needed"] = n
+            return out
+    z = NormalDist().inv_cdf(1 - alpha)
+    out["n_needed"] = math.ceil((z * 0.5 / abs(share - 0.5)) ** 2)
+    return out
 
 
 def _random_checks(j: _Judging) -> list[dict]:
-    """The similarity rules (BI, angular) prune better than random, on the stacks past their gate."""
-    # a removal count is a win only when the rule beats every random draw (strictly): a tie, or a result inside
-    # the spread of the random draws, is no evidence; stacks whose model did not learn (BLEU gate) are left out
-    wins, total, detail = 0, 0, []
-    for s in [s for s in j.stacks if s not in j.weak]:
-        draws = _random_draws(j.R, s)
-        hib = s != "lm"
-        for rule in ("bi", "angular"):
-            cur = _quality_curve(j.R, s, rule)
-            ns = [n for n in cur if n > 0 and n in draws and n < j.n_layers[s]]
-            if not ns:
-                continue
-            better = sum((cur[n] > max(draws[n])) if hib else (cur[n] < min(draws[n])) for n in ns)
-            wins += better
-            total += len(ns)
-            detail.append(f"{s}/{rule} {better}/{len(ns)}")
-    if total:
-        share = j.T["beats_random_min_share"]
-        share_text = "half" if share == 0.5 else f"{100 * share:g}% of"
-        return [check("similarity-based rules prune better than random", wins > share * total,
-                      f"{wins}/{total} removal counts better than every random draw ({'; '.join(detail)})",
-                      f"BI / angular distance pick layers whose removal hurts least (more than {share_text} the "
-                      "removal counts beyond the random draws' range)", headline=True,
-                      numbers=numbers(100 * wins / total, "% of removal counts beating every random draw",
-                                      paper_text="> 50% (rules beat random)"),
-                      thresholds=uses(j.T, "beats_random_min_share"))]
-    if j.stacks:
-        return [check("similarity-based rules prune better than random", None, "no stack to compare",
-                      "BI / angular distance pick layers whose removal hurts least", headline=True,
-                      undecided_because="; ".join(j.weak.values()) or "no removal count with random draws")]
-    return []
+    """The similarity rules (BI, angular) prune better than random, on the stacks past their gate: a one-sided
+    exact sign test of the decided comparisons (:func:`_versus`) against a win share of 1/2."""
+    name = "similarity-based rules prune better than random"
+    expected = ("BI / angular distance pick layers whose removal hurts less than a random pick (a selection better "
+                "than most random draws more often than worse, by a one-sided sign test)")
+    vs = [v for s in j.stacks if s not in j.weak for v in _versus(j.R, s, j.n_layers[s])]
+    if not vs:
+        if j.stacks:
+            return [check(name, None, "no stack to compare", expected, headline=True,
+                          undecided_because="; ".join(j.weak.values()) or "no removal count with random draws")]
+        return []
+    alpha = j.T["beats_random_alpha"]
+    wins, losses = sum(v.result > 0 for v in vs), sum(v.result < 0 for v in vs)
+    decided = wins + losses
+    used = uses(j.T, "beats_random_alpha")
+    detail = "; ".join(v.text() for v in vs)
+    counted = (f"{wins} won, {losses} lost, {len(vs) - decided} undecided of {len(vs)} comparisons (distinct "
+               f"selections x removal counts)")
+    interval = (f"one-sided exact sign test over the decided comparisons against 1/2 at alpha {alpha:g}, with the "
+                f"{100 * (1 - 2 * alpha):g}% Clopper-Pearson interval of the win share; each rule-vs-draw difference "
+                "by its paired interval over sentences where recorded, else its point value; comparisons at "
+                "neighbouring removal counts share layers and random orders, so they are not independent")
+    pw = _sign_power(wins, decided, alpha)
+    if not decided:
+        return [check(name, None, f"{counted}: {detail}", expected, headline=True, interval=interval,
+                      undecided_because="no comparison decided: every selection tied with, or sat between, the "
+                      "random draws", thresholds=used, power=pw,
+                      numbers=numbers(None, "% of decided comparisons won", paper_text="> 50% (rules beat random)"))]
+    p_more, p_less = _sign_test(wins, decided)
+    passed = True if p_more < alpha else False if p_less < alpha else None
+    measured = (f"{counted}: win share {wins}/{decided} = {100 * wins / decided:.0f}% "
+                f"[{100 * pw['lo']:.0f}%, {100 * pw['hi']:.0f}%], p = {p_more:.3g} (more wins), {p_less:.3g} "
+                f"(more losses); {detail}")
+    return [check(name, passed, measured, expected, headline=True, interval=interval, thresholds=used,
+                  undecided_because=None if passed is not None else
+                  f"the sign test decides neither way at alpha {alpha:g} ({wins} won, {losses} lost): "
+                  + (f"{pw['n_needed']} decided comparisons at this share would" if pw["n_needed"] else
+                     pw["why"] or ""),
+                  power=pw if passed is None else None,
+                  numbers=numbers(100 * wins / decided, "% of decided comparisons won", lo=100 * pw["lo"],
+                                  hi=100 * pw["hi"], paper_text="> 50% (rules beat random)"))]
 
 
 def _band_check(j: _Judging, s: str) -> dict | None:
@@ -239,7 +392,7 @@ def _shortgpt_checks(j: _Judging) -> list[dict]:
                              None, j.weak[s], xsum_text, undecided_because=j.weak[s]))
         elif n in cur and 0 in cur and cur[0] > 0:
             out.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
-                             cur[n] < ratio * cur[0], f"{n}/{L} layers: BLEU {cur[0]:.2f} -> {cur[n]:.2f} "
+                             decide_point(cur[n], below=ratio * cur[0]), f"{n}/{L} layers: BLEU {cur[0]:.2f} -> {cur[n]:.2f} "
                              f"({100 * cur[n] / cur[0]:.0f}%)", xsum_text))
     return out
 
@@ -302,9 +455,16 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
 
     1. Gromov: the argmin block l*(n) of the LM leaves the last layer in place (every n <= L-2).
     2. ShortGPT: the lowest-BI half of the LM's layers lies in the deeper half.
-    3. The similarity rules (BI, angular) prune better than random: at more than ``beats_random_min_share`` of the
-       removal counts, better than every random draw (ties and results inside the draws' range count against),
-       stacks past the BLEU gate only.
+    3. The similarity rules (BI, angular) prune better than random, stacks past their gate only. A comparison is one
+       distinct selection at one removal count 0 < n < L (BI and angular picking the same layers count once)
+       against the random draws there: won when it is better than more than half of the draws (its place in their
+       distribution above the median), lost when worse than more than half, undecided otherwise. Each rule-vs-draw
+       difference is decided by its paired interval over the evaluation sentences (``paired_delta_vs_random``
+       rows: BLEU, or validation NLL for the LM) where the rows carry one, else by the point values; a draw that
+       removed exactly the selection's layers, an equal score, or an interval touching 0 is a tie. Holds when a
+       one-sided exact sign test (binomial, p = 1/2) of the decided comparisons puts the win share above 1/2 at
+       ``beats_random_alpha``, fails when it puts it below, undecided otherwise (with the number of decided
+       comparisons that would decide it at the measured share).
     4. Collapse point of the angular rule per stack inside the published 20-55% band (Qwen .. Llama-2).
     5. ShortGPT Table 2: generation collapses at about 27% of layers removed by BI (XSum, from the registry):
        BLEU below ``collapse.bleu_ratio`` (the measurement's collapse ratio) of the unpruned model at the nearest
@@ -316,8 +476,9 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
        an observation (undecided), since any fine-tune smooths the curve.
 
     HEADLINE: 2 and 3 ("many deep layers can be dropped": the layers the similarity rules drop are deep and cost
-    less than random ones); the others are secondary. Check 2 needs the low-BI half strictly deeper than the middle
-    and strictly less influential than the rest, so equal BI everywhere never passes.
+    less than random ones); the others are secondary. Check 2 needs the low-BI half strictly deeper than the middle;
+    a half not determined by the measurement (BI tied at its edge, as with equal BI everywhere) or centred on the
+    middle is undecided: a tie decides nothing.
     Gates: BLEU-based checks (3-6 on the encoder and decoder) are undecided unless the unpruned model beats the copy
     baseline on the same test subset by more than ``min_bleu_over_copy`` BLEU: a model that has not learnt to
     translate cannot lose it. The LM's checks (1-4, 6) are undecided unless its validation NLL lies more than
@@ -350,5 +511,10 @@ def this_setup(params: dict, n_layers: dict, device: str | None = None) -> dict:
                        f"NLL/perplexity on {params['eval']['valid_sentences']} sentences",
             "healing": f"full fine-tune, {h['steps']} steps at lr {h['lr']} (not QLoRA), with a control fine-tune of "
                        "the unpruned model",
+            "random baseline": f"{len(params.get('random_seeds') or [])} seeded random draws per removal count"
+                               + (f"; each rule vs each draw paired over the evaluation sentences "
+                                  f"({params['paired']['samples']} bootstrap resamples, "
+                                  f"{100 * (1 - params['paired']['alpha']):g}% intervals)"
+                                  if params.get("paired") else "; compared by point values"),
             "hardware": f"device {device or params['device']}"}
 
