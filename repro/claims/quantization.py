@@ -29,7 +29,12 @@ Methods (``int8.modes``, ``rtn``, ``gptq`` in the config):
   ``calibration.sentences`` training sentences drawn with each of ``calibration.seeds`` (GPTQ: 128 random
   2048-token C4 segments): the spread over calibration seeds decides the GPTQ checks.
 
-Measured per model and method: validation perplexity (and BLEU for the translation model), the weight bytes
+Measured per model and method: validation perplexity (and BLEU for the translation model) with each evaluation
+unit's loss (validation sentence, or window of the paper path) kept, so that every comparison of two methods on the
+same tokens is paired: ``paired_nll_diff`` rows (:func:`paired_rows`: every method against fp32, GPTQ against RTN
+at the same bits and groups, absmax and vector-wise int8 against LLM.int8()) give the per-token NLL difference and
+its standard error over the units, the evaluation tokens' own sampling error, which the judge adds to the spread over
+calibration seeds; the weight bytes
 actually stored (packed codes, 16-bit scales, zero points, group indices) against 16-bit weights, the share of
 values multiplied in 16 bits by LLM.int8(), and for GPTQ the layer-wise relative reconstruction error
 ||WX - QX||^2 / ||WX||^2 of GPTQ and of RTN on the same inputs: GPTQ's calibration inputs (which it minimises by
@@ -58,13 +63,12 @@ import torch
 from repro import artefacts
 from repro import quant as Q
 from repro.data.baselines import unigram_ppl
-from repro.data.batching import collate
+from repro.data.batching import collate, encode_corpus
 from repro.data.text import lm_batch, random_segments, stride_windows, token_stream
 from repro.errors import ConfigError, HFImportError
 from repro.io import atomic_write_json, metric
 from repro.train.bleu import corpus_bleu
 from repro.train.decode import DecodeConfig
-from repro.train.loop import evaluate_loss
 from repro.train.pipeline import encode_splits, load_data as load_corpus, valid_batches
 
 CLAIM = "quantization"
@@ -137,18 +141,43 @@ def _subset(enc, positions):
                    index=np.asarray(enc.index)[positions], n_input=len(positions))
 
 
+def _scored_test(tparams: dict, tokenizer, corpus, max_len: int, n, offset: int):
+    """The first ``n`` test pairs (null: all; 0: none) encoded as the validation pairs are (truncated, never
+    dropped), their indices moved past the validation's so the two join into one set of scored sentences."""
+    if n == 0:
+        return None
+    db = getattr(corpus, "data_bin", None)
+    if db is not None and "test" not in getattr(db, "splits", {}):
+        return None
+    enc = db.encoded("test", max_len, "truncate") if db is not None else \
+        encode_corpus(corpus.split("test", False), tokenizer, max_len, on_long="truncate")
+    enc = _subset(enc, range(min(n or len(enc), len(enc))))
+    return replace(enc, index=np.asarray(enc.index) + offset) if len(enc) else None
+
+
+def _join(a, b):
+    return a if b is None else replace(a, src=list(a.src) + list(b.src), tgt=list(a.tgt) + list(b.tgt),
+                                       index=np.concatenate([np.asarray(a.index), np.asarray(b.index)]),
+                                       n_input=a.n_input + b.n_input)
+
+
 def load_data(t, name: str, params: dict) -> dict:
-    """Validation batches, calibration sentences per seed, the unigram baseline, and (translation) the test subset
+    """The scored sentences' batches (the first ``eval.valid_sentences`` validation sentences and the first
+    ``eval.ppl_test_sentences`` test sentences: held-out text the model never trained on, target side for the LM),
+    calibration sentences per seed, the unigram baseline of the scored sentences, and (translation) the test subset
     with its copy baseline."""
     tparams = t.params
     corpus = load_corpus(tparams)
     tr = (tparams.get("lm") or {}).get("training") if name == "lm" else tparams.get("training")
-    enc = encode_splits(tparams, t.tokenizer, corpus, int((tr or {}).get("max_len", 128)))
+    max_len = int((tr or {}).get("max_len", 128))
+    enc = encode_splits(tparams, t.tokenizer, corpus, max_len)
     ev, cal = params["eval"], params["calibration"]
     n_val = min(ev["valid_sentences"] or len(enc["valid"]), len(enc["valid"]))
     val = _subset(enc["valid"], range(n_val))
-    data = {"valid": valid_batches(val, ev["max_tokens"]), "calib": {},
-            "unigram_ppl": unigram_ppl(enc["train"], val, int(t.checkpoint["model_cfg"]["vocab_size"]))}
+    scored = _join(val, _scored_test(tparams, t.tokenizer, corpus, max_len, ev.get("ppl_test_sentences", 0),
+                                     int(np.max(enc["valid"].index, initial=0)) + 1))
+    data = {"valid": valid_batches(scored, ev["max_tokens"]), "calib": {},
+            "unigram_ppl": unigram_ppl(enc["train"], scored, int(t.checkpoint["model_cfg"]["vocab_size"]))}
     for seed in cal["seeds"]:
         rng = np.random.default_rng(seed)
         pos = sorted(rng.permutation(len(enc["train"]))[: min(cal["sentences"], len(enc["train"]))].tolist())
@@ -222,14 +251,91 @@ def text_data(tok, params: dict, context: int) -> dict:
 def window_ppl(model, data: dict, device) -> dict:
     """Perplexity of ``model`` over the windows of :func:`text_data`: each window runs alone and scores its targets
     from its first new one (repro.data.text.stride_windows)."""
-    nll, n = 0.0, 0
+    sums, counts = [], []
     for begin, end, first in data["windows"]:
         b = lm_batch(data["ids"][begin:end]).to(device)
         logits = model(b.tgt_in)
         k = first - begin - 1
-        nll += float(torch.nn.functional.cross_entropy(logits[0, k:].float(), b.tgt_out[0, k:], reduction="sum"))
-        n += end - first
-    return {"valid_nll": nll / n, "valid_ppl": math.exp(min(nll / n, 50)), "valid_tokens": n}
+        sums.append(float(torch.nn.functional.cross_entropy(logits[0, k:].float(), b.tgt_out[0, k:],
+                                                            reduction="sum")))
+        counts.append(end - first)
+    return _scores(np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.int64), "windows")
+
+
+def _scores(sums: np.ndarray, counts: np.ndarray, unit: str) -> dict:
+    """The perplexity of per-unit summed NLLs ``sums`` over ``counts`` scored tokens, with the units kept (the
+    evaluation's sampling error of a paired comparison is estimated from them: :func:`paired_rows`)."""
+    nll, n = float(sums.sum()), int(counts.sum())
+    return {"valid_nll": nll / n, "valid_ppl": math.exp(min(nll / n, 50)), "valid_tokens": n,
+            "unit_nll": sums, "unit_tokens": counts, "unit": unit}
+
+
+@torch.no_grad()
+def sentence_nll(model, batches, pad_id: int, device) -> dict:
+    """Perplexity over the validation ``batches`` with the summed NLL and the scored tokens of each sentence (in
+    corpus order), so two methods' losses pair sentence by sentence. The NLL is repro.train.loop.model_loss's
+    (cross-entropy of the fp32 logits, pad targets ignored)."""
+    model.eval()
+    sums, counts, index = [], [], []
+    for b in batches:
+        b = b.to(device)
+        logits = model_forward(model, b).float()
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), b.tgt_out.reshape(-1),
+                                                ignore_index=pad_id, reduction="none").view(b.tgt_out.shape)
+        sums.append(nll.sum(1).double().cpu())
+        counts.append((b.tgt_out != pad_id).sum(1).cpu())
+        index.append(torch.as_tensor(b.index).cpu())
+    order = torch.argsort(torch.cat(index))
+    return _scores(torch.cat(sums)[order].numpy(), torch.cat(counts)[order].numpy().astype(np.int64), "sentences")
+
+
+# ------------------------------------------------------------------------------------------- paired comparisons
+def paired_diff(a: tuple, b: tuple) -> dict:
+    """Method a's per-token NLL minus method b's on the same evaluation units (sentences or windows), and the
+    standard error of that difference over the units: ``a``, ``b`` = (summed NLL per unit, scored tokens per unit).
+    The difference is a ratio of sums, D = sum(dL_i) / sum(w_i); its standard error is the paired t-interval's over
+    units of the linearised variable r_i = dL_i - D w_i (the delta method for a ratio estimator: Cochran, Sampling
+    Techniques, 6.3): se = sd(r) sqrt(n) / sum(w). Pairing removes what the units share (a hard sentence is hard
+    for every method), so only the methods' disagreement counts. numpy only: the paper path runs on GPU images
+    without scipy."""
+    (la, wa), (lb, wb) = a, b
+    if len(la) != len(lb) or not np.array_equal(wa, wb):
+        raise QuantizationError("quantization: two methods were scored on different evaluation units")
+    dl, w = np.asarray(la, float) - np.asarray(lb, float), np.asarray(wa, float)
+    n, tot = len(dl), float(w.sum())
+    d = float(dl.sum() / tot)
+    r = dl - d * w
+    se = float(np.std(r, ddof=1) * math.sqrt(n) / tot) if n > 1 else math.inf
+    return {"diff": d, "se": se, "units": n, "identical": bool(np.all(dl == 0))}
+
+
+def comparisons(names: list[str]) -> list[tuple[str, str]]:
+    """The paired comparisons the judge reads: every method against fp32, GPTQ against RTN at the same bits and
+    groups, and tensor-wise absmax and vector-wise int8 against LLM.int8()."""
+    out = [(m, "fp32") for m in names if m != "fp32"]
+    out += [(m, m.replace("gptq", "rtn", 1)) for m in names if m.startswith("gptq") and m.replace("gptq", "rtn", 1)
+            in names]
+    out += [(m, "llm_int8") for m in ("int8_absmax", "int8_vectorwise") if m in names and "llm_int8" in names]
+    return out
+
+
+def paired_rows(name: str, losses: dict) -> list[dict]:
+    """``paired_nll_diff`` rows of model ``name``: per comparison of :func:`comparisons`, the per-token NLL
+    difference (nats/token; ln of the perplexity ratio) on the evaluation units, its standard error over the units
+    (``spread``) and the number of units (``n``). ``losses``: method -> [(summed NLL per unit, tokens per unit, unit
+    name)] (one entry per calibration seed for GPTQ, whose losses are averaged over the seeds unit by unit first:
+    the row is the evaluation sampling error of the seed-mean the judge decides on, the spread over seeds is the
+    other source, read from the valid_ppl rows)."""
+    merged = {}
+    for meth, runs in losses.items():
+        merged[meth] = (np.mean([r[0] for r in runs], axis=0), runs[0][1])
+    rows = []
+    for a, b in comparisons(list(losses)):
+        p = paired_diff(merged[a], merged[b])
+        rows.append(metric(CLAIM, "paired_nll_diff", p["diff"], "nats/token", kind="statistic", spread=p["se"],
+                           n=p["units"], model=name, method=a, versus=b, seeds=len(losses[a]),
+                           units=losses[a][0][2], identical=p["identical"]))
+    return rows
 
 
 def model_forward(model, batch):
@@ -239,8 +345,7 @@ def model_forward(model, batch):
 
 
 def evaluate(t, model, name: str, data: dict, params: dict, device) -> dict:
-    r = evaluate_loss(model, data["valid"], t.tokenizer.pad_id, device=device)
-    q = {"valid_nll": r["nll"], "valid_ppl": r["ppl"], "valid_tokens": r["tokens"]}
+    q = sentence_nll(model, data["valid"], t.tokenizer.pad_id, device)
     if name == "translation" and params["eval"]["test_sentences"]:
         hyps, _ = replace(t, model=model).translate_split(data["test_corpus"], "test",
                                                           DecodeConfig.from_params(params["eval"]), device)
@@ -407,17 +512,20 @@ def run_model(base, name: str, params: dict, device, data: dict, score, about: d
         return [model_forward(model, b.to(device)) for b in data.get("heldout", [])]
 
     fp_bytes = Q.stored_weight_bytes(base)
+    losses: dict[str, list] = {}
     for m in methods(params):
         tm = time.perf_counter()
         with Q.restored(base) as model:
             r, report, q, b = _one_method(model, name, m, params, calibrate_with, score,
                                           heldout if data.get("heldout") else None)
         rows += r
+        losses.setdefault(m["method"], []).append((q["unit_nll"], q["unit_tokens"], q["unit"]))
         log.info("%s %s%s: ppl %.3f%s, weights %.3f x fp16 (%.1f s)", name, m["method"],
                  "" if m["seed"] is None else f" seed {m['seed']}", q["valid_ppl"],
                  f", BLEU {q['bleu']:.2f}" if "bleu" in q else "", b["bytes"] / b["fp16_bytes"],
                  time.perf_counter() - tm)
         rows.append(metric(CLAIM, "method_seconds", time.perf_counter() - tm, "s", **_sweep(name, m)))
+    rows += paired_rows(name, losses)
     rows.append(metric(CLAIM, "weight_bytes_fp32", fp_bytes["bytes"], "bytes", model=name))
     rows.append(metric(CLAIM, "model_seconds", time.perf_counter() - t0, "s", model=name))
     return rows, extra

@@ -276,7 +276,7 @@ def _sign_power(wins: int, decided: int, alpha: float) -> dict:
     the present one) whose one-sided exact sign-test p-value at that share falls below ``alpha``, in the fields of
     repro.verdicts.power with the (1 - 2 alpha) Clopper-Pearson interval of the share (exact up to 5,000
     comparisons, the normal approximation beyond)."""
-    from statistics import NormalDist
+    from statistics import NormalDist  # local: only the large-count approximation needs it
 
     unit = "decided comparisons"
     if not decided:

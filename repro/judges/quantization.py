@@ -9,13 +9,15 @@ config/claims/quantization.yaml. The papers' numbers come from the registry (rep
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from repro import registry
 from repro.claims.quantization import CLAIM
 from repro.stats import t_interval
-from repro.verdicts import (Rows, both, check, decide_interval, decide_within, gate, gated, numbers, setup_table, uses,
-                            verdict_from_checks)
+from repro.verdicts import (Rows, both, check, decide_interval, decide_point, decide_within, gate, gated, numbers,
+                            power, setup_table, uses, verdict_from_checks)
 
 
 def _pub(key: str):
@@ -41,6 +43,144 @@ def _no_outliers(R: Rows, model) -> bool:
     return dims is not None and dims == 0
 
 
+# --- the two sources of a paired perplexity comparison
+PREDATES = ("the rows carry no paired per-sentence losses (paired_nll_diff: measured by older code), so the "
+            "evaluation tokens' own sampling error is not estimated")
+
+
+def _snap(x: float, *edges: float) -> float:
+    """``x`` on an edge when it differs from it by float rounding only (a log or ratio of numbers set exactly on a
+    threshold, as the tie controls do), so a tie is seen as one."""
+    for e in edges:
+        if math.isfinite(x) and abs(x - e) <= 1e-12 * max(1.0, abs(e)):
+            return e
+    return x
+
+
+def _within(lo: float, hi: float, a: float, b: float) -> bool | None:
+    return decide_within(_snap(lo, a, b), _snap(hi, a, b), a, b)
+
+
+def _above(lo: float, hi: float, t: float) -> bool | None:
+    return decide_interval(_snap(lo, t), _snap(hi, t), above=t)
+
+
+def _below(lo: float, hi: float, t: float) -> bool | None:
+    return decide_interval(_snap(lo, t), _snap(hi, t), below=t)
+
+
+def _t975(df: float) -> float:
+    """t_{0.975, df} (repro.stats' table, floored df: conservative for a fractional Satterthwaite df)."""
+    if not math.isfinite(df) or df > 1e6:
+        return 1.96
+    n = max(math.floor(df), 1) + 1
+    return t_interval(0.0, math.sqrt(n), n)[1]
+
+
+def _paired(R: Rows, m, a, b) -> dict | None:
+    """The measured paired comparison of ``a`` against ``b`` on the evaluation units (repro.claims.quantization
+    .paired_rows): its standard error over the units (``spread``), the units (``n``), ``identical``."""
+    return R.metric("paired_nll_diff").where(model=m, method=a, versus=b).first()
+
+
+def _identical(R: Rows, m, a, b) -> bool:
+    """``a`` and ``b`` gave the same losses on every evaluation unit (or, in rows without the paired losses, the same
+    perplexity to the last bit): one measurement, counted once."""
+    p = _paired(R, m, a, b)
+    if p is not None and "identical" in p["sweep"]:
+        return bool(p["sweep"]["identical"])
+    va = R.metric("valid_ppl").where(model=m, method=a).values()
+    vb = R.metric("valid_ppl").where(model=m, method=b).values()
+    return bool(va) and va == vb
+
+
+def _logs(R: Rows, m, method) -> list[float]:
+    return [math.log(v) for v in R.metric("valid_ppl").where(model=m, method=method).values() if v and v > 0]
+
+
+def _diff(R: Rows, m, a, b) -> dict | None:
+    """The per-token NLL difference D = ln ppl(a) - ln ppl(b) on the same evaluation tokens (mean over ``a``'s
+    calibration seeds; ``b`` deterministic or its seed mean) with its 95% interval from both sources: the spread of
+    D over a's calibration seeds (s^2 / k) and the evaluation tokens' sampling error of the paired difference (se^2,
+    the paired_nll_diff row's spread: per-sentence losses, the seed-mean's), added as variances with the
+    Welch-Satterthwaite degrees of freedom. The point values come from the valid_ppl rows (what the controls edit);
+    the evaluation error from the paired rows. ``se`` None: rows without paired losses (the interval then has the
+    seeds only; ``predates`` says so)."""
+    la, lb = _logs(R, m, a), _logs(R, m, b)
+    if not la or not lb:
+        return None
+    ds = [x - float(np.mean(lb)) for x in la]
+    k, d = len(ds), float(np.mean(ds))
+    s = float(np.std(ds, ddof=1)) if k > 1 else None
+    p = _paired(R, m, a, b)
+    se = None if p is None or p.get("spread") is None or not math.isfinite(float(p["spread"])) else float(p["spread"])
+    n = int(p["n"]) if p is not None and p.get("n") else None
+    va = (s * s / k if s is not None else math.inf) if _seeded(R, m, a) else 0.0  # a deterministic method: no seeds
+    vb = 0.0 if se is None else se * se
+    var = va + vb
+    if not math.isfinite(var):
+        return {"d": d, "lo": -math.inf, "hi": math.inf, "k": k, "s": s, "se": se, "n": n, "t": math.inf,
+                "seed_half": math.inf, "eval_half": math.inf, "predates": se is None}
+    den = (va * va / (k - 1) if va > 0 else 0.0) + (vb * vb / (n - 1) if vb > 0 and n and n > 1 else 0.0)
+    t = _t975(var * var / den if den > 0 else math.inf)
+    half = t * math.sqrt(var)
+    return {"d": d, "lo": d - half, "hi": d + half, "k": k, "s": s, "se": se, "n": n, "t": t,
+            "seed_half": t * math.sqrt(va), "eval_half": t * math.sqrt(vb), "predates": se is None}
+
+
+def _seeded(R: Rows, m, method) -> bool:
+    return any("calibration_seed" in r["sweep"] for r in R.metric("valid_ppl").where(model=m, method=method))
+
+
+def _needed(gap: float, shrinking: float, fixed: float, n: int) -> int | None:
+    """The sample at which a 95% half-width sqrt(fixed^2 + shrinking^2 n / n') falls below ``gap`` (the distance to
+    the threshold) if the estimate held; None when the part that does not shrink already reaches it."""
+    if not (math.isfinite(gap) and math.isfinite(fixed) and math.isfinite(shrinking)) or fixed >= gap:
+        return None
+    return max(math.ceil(n * shrinking ** 2 / (gap ** 2 - fixed ** 2)), int(n) + (shrinking > 0))
+
+
+def _power_two(iv: dict, thr: float, show=lambda x: x) -> dict:
+    """power= of an interval from the two sources of :func:`_diff` against ``thr`` (on D's scale; ``show`` maps D's
+    scale to the page's, monotone): the calibration seeds that would decide it with the evaluation's error as
+    measured; when that error alone reaches the threshold, the evaluation sentences that would (no seed count can)."""
+    args = (_snap(show(iv["d"]), show(thr)), show(iv["lo"]), show(iv["hi"]), show(thr))
+    pw = power(*args, iv["k"], "calibration seeds")
+    if pw["n_needed"] is None or pw["n_needed"] <= iv["k"] or not math.isfinite(iv["seed_half"]):
+        return pw  # a tie, already decided, or fewer than two seeds (power says 2)
+    gap = abs(_snap(iv["d"], thr) - thr)
+    by_seeds = _needed(gap, iv["seed_half"], iv["eval_half"], iv["k"])
+    if by_seeds is not None:
+        pw["n_needed"] = by_seeds
+        return pw
+    pw = power(*args, iv["n"] or 0, "evaluation sentences")
+    pw["n_needed"] = _needed(gap, iv["eval_half"], iv["seed_half"], iv["n"]) if iv["n"] else None
+    pw["why"] = ("the evaluation tokens' sampling error alone reaches the threshold, so no number of calibration "
+                 "seeds decides it" + ("" if pw["n_needed"] is not None else "; the seeds' spread alone does too"))
+    return pw
+
+
+def _power_fixed(value, lo, hi, thr, gap: float, fixed: float, shrinking: float, n: int | None, fixed_words: str,
+                 show=lambda x: x) -> dict:
+    """power= of a deterministic method's comparison: its half-width is a run-to-run part that no sample narrows
+    (``fixed``: :func:`_noise`'s) and the evaluation's sampling part (``shrinking``, over ``n`` sentences)."""
+    pw = power(value, lo, hi, thr, n or 0, "evaluation sentences")
+    if pw["n_needed"] is None or (n and pw["n_needed"] <= n):
+        return pw
+    pw["n_needed"] = _needed(gap, shrinking, fixed, n) if n and shrinking > 0 else None
+    if pw["n_needed"] is None:
+        pw["why"] = (f"{fixed_words} alone reaches the threshold: no evaluation size decides it" if n else PREDATES)
+    return pw
+
+
+def _worst(pws: list[dict]) -> dict | None:
+    """The power of the setting hardest to decide (never before the largest relative sample)."""
+    pws = [p for p in pws if p]
+    if not pws:
+        return None
+    return max(pws, key=lambda p: math.inf if p["n_needed"] is None else p["n_needed"] / max(p["n"], 1))
+
+
 def _noise(R: Rows, m):
     """(relative half-width, words): the 95% prediction half-width of one quantized model's perplexity change,
     bounded by the largest spread of GPTQ's perplexity over calibration seeds on the same model and tokens (how
@@ -59,112 +199,180 @@ def _noise(R: Rows, m):
                         f"calibration-seed spread ({best[0]}: sd {best[1]:.3f} ppl over {best[2]} seeds)")
 
 
-def _decided_noise(R: Rows, m, diff) -> bool:
-    """a perplexity difference counts only when it exceeds two runs' noise (sqrt 2 x the half-width)"""
-    h, _ = _noise(R, m)
-    fp = _ppl(R, m, "fp32")
-    return h is not None and fp and np.isfinite(diff) and abs(diff) / fp[0] > h * np.sqrt(2)
+def _vectorwise_here(R: Rows, m) -> str | None:
+    """Why LLM.int8() is the vector-wise int8 product on ``m`` (one measurement, counted once), or None."""
+    if _no_outliers(R, m):
+        return "0 outlier dimensions reached the threshold, so LLM.int8() multiplies every value as vector-wise int8"
+    if R.metric("valid_ppl").where(model=m, method="int8_vectorwise") and _identical(R, m, "llm_int8",
+                                                                                      "int8_vectorwise"):
+        return "LLM.int8() and vector-wise int8 gave identical losses"
+    return None
+
+
+def _eval_words(iv: dict) -> str:
+    if iv["predates"]:
+        return "; " + PREDATES
+    return (f"; evaluation: paired per-sentence losses, se {iv['se']:.2g} nats/token over {iv['n']} sentences"
+            if iv["se"] is not None else "")
+
+
+def _pct(x: float) -> float:
+    return 100 * (math.exp(x) - 1) if math.isfinite(x) else x
 
 
 # --- the checks, in the order of the page; each returns its check(s) on one model (none without the rows)
 def _int8_unchanged(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """1. LLM.int8() perplexity unchanged: an equivalence test (the whole interval of the change inside +-tol)."""
+    """1. int8 keeps perplexity: an equivalence test, the whole interval of the change inside +-tol. The interval:
+    the noise of one quantized run (:func:`_noise`) and the evaluation's paired sampling error, in quadrature.
+    With 0 outlier dimensions (or identical losses) LLM.int8() is vector-wise int8: the check is named for what it
+    tests (8-bit inference) and credits no decomposition (that is :func:`_decomposition`, undecided then)."""
     fp, li = _ppl(R, m, "fp32"), _ppl(R, m, "llm_int8")
     if not (fp and li):
         return []
     tol_pct = _pub("int8_ppl_equivalence_tol")
-    r = li[0] / fp[0] - 1
-    h, how = _noise(R, m)
     tol = tol_pct / 100
-    ok = None if h is None or not np.isfinite(r) else decide_within(r - h, r + h, -tol, tol)
-    if ok is True and not (abs(r) + h < tol):  # an interval touching the tolerance is no equivalence
-        ok = None
-    scope = (" (0 outlier dimensions at this scale: this is LLM.int8()'s vector-wise int8 part only, which "
-             "any int8 method would match; the outlier part is the not-applicable decomposition check)"
-             if _no_outliers(R, m) else "")
-    iv = None if h is None else f"[{100 * (r - h):+.2f}%, {100 * (r + h):+.2f}%]"
-    return [gated(check(f"{m}: LLM.int8() leaves perplexity unchanged", ok,
-                        f"fp32 {fp[0]:.3f}, LLM.int8() {li[0]:.3f} ({100 * r:+.2f}%){scope}",
+    iv = _diff(R, m, "llm_int8", "fp32")
+    h, how = _noise(R, m)
+    r = _pct(iv["d"])
+    same = _vectorwise_here(R, m)
+    ok, lo, hi = None, -math.inf, math.inf
+    if h is not None and math.isfinite(iv["d"]):
+        half = math.hypot(h, iv["eval_half"] if math.isfinite(iv["eval_half"]) else 0.0)
+        lo, hi = _pct(iv["d"] - half), _pct(iv["d"] + half)
+        ok = _within(iv["d"] - half, iv["d"] + half, math.log(1 - tol), math.log(1 + tol))
+    iv_text = None if h is None else (f"[{lo:+.2f}%, {hi:+.2f}%]: " + how
+                                      + (f", and +- {_pct(iv['eval_half']):.3f}% from the evaluation sentences"
+                                         if not iv["predates"] else "") + _eval_words(iv))
+    gap = min(math.log(1 + tol) - iv["d"], iv["d"] - math.log(1 - tol))
+    pw = None if h is None else _power_fixed(_snap(r, -tol_pct, tol_pct), lo, hi, (-tol_pct, tol_pct), gap, h,
+                                             iv["eval_half"], iv["n"],
+                                             "the noise of one quantized run (the calibration seeds' spread)")
+    name = (f"{m}: int8 inference keeps perplexity (LLM.int8() is vector-wise int8 here)" if same
+            else f"{m}: LLM.int8() leaves perplexity unchanged")
+    scope = (f"; {same}: one measurement, counted once; it shows that 8-bit inference keeps perplexity, not what "
+             "the decomposition adds (the decomposition check)") if same else ""
+    return [gated(check(name, ok, f"fp32 {fp[0]:.3f}, LLM.int8() {li[0]:.3f} ({r:+.2f}%){scope}",
                         f"13B C4: fp32 {_pub('int8_c4_ppl_13b_fp32')}, LLM.int8() "
                         f"{_pub('int8_c4_ppl_13b_llm_int8')}; equivalence: the change's interval inside "
                         f"+-{tol_pct}% (LLM.int8() Table 1's largest change, registry "
-                        "int8_ppl_equivalence_tol)", headline=True,
-                        interval=None if h is None else f"{iv} " + how,
+                        "int8_ppl_equivalence_tol)", headline=True, interval=iv_text,
                         undecided_because=None if ok is not None else (
-                            how if h is None else f"the change's interval {iv} reaches the +-{tol_pct}% tolerance"),
-                        numbers=numbers(100 * r, "% perplexity change", lo=None if h is None else 100 * (r - h),
-                                        hi=None if h is None else 100 * (r + h),
+                            how if h is None else f"the change's interval [{lo:+.2f}%, {hi:+.2f}%] reaches the "
+                            f"+-{tol_pct}% tolerance"),
+                        numbers=numbers(r, "% perplexity change", lo=None if h is None else lo,
+                                        hi=None if h is None else hi,
                                         paper=100 * (_pub("int8_c4_ppl_13b_llm_int8")
                                                      / _pub("int8_c4_ppl_13b_fp32") - 1),
-                                        compare="difference")),
+                                        compare="difference"),
+                        power=pw),
                   gates)]
 
 
 def _gptq_below_rtn(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """2. GPTQ's perplexity below RTN's at the same bits and groups, for every setting (t-interval over seeds)."""
-    parts, decisions, ivs, ratios = [], [], [], []
+    """2. GPTQ's perplexity below RTN's at the same bits and groups, for every setting: the interval of
+    D = ln ppl(GPTQ) - ln ppl(RTN) from both sources (:func:`_diff`: the calibration seeds' spread and the
+    evaluation tokens' paired sampling error) lies below 0. Rows without the paired losses decide nothing."""
+    parts, decisions, ivs, ratios, pws, old_rows = [], [], [], [], [], False
     for meth in sorted(_gptq_methods(R, m)):
-        g, rt = _ppl(R, m, meth), _ppl(R, m, meth.replace("gptq", "rtn"))
+        rtn = meth.replace("gptq", "rtn", 1)
+        g, rt = _ppl(R, m, meth), _ppl(R, m, rtn)
         if not (g and rt):
             continue
-        lo, hi = t_interval(*g)
-        decisions.append(decide_interval(lo, hi, below=rt[0]))
-        ivs.append(f"{meth} [{lo:.2f}, {hi:.2f}]")
-        ratios.append(g[0] / rt[0])
-        parts.append(f"{meth} {g[0]:.2f} +- {g[1] or 0:.2f} vs {meth.replace('gptq', 'rtn')} {rt[0]:.2f}")
+        iv = _diff(R, m, meth, rtn)
+        old_rows = old_rows or iv["predates"]
+        decisions.append(None if iv["predates"] else _below(iv["lo"], iv["hi"], 0.0))
+        ivs.append(f"{meth} {_pct(iv['d']):+.2f}% [{_pct(iv['lo']):+.2f}%, {_pct(iv['hi']):+.2f}%] (seeds +- "
+                   f"{_pct(iv['seed_half']):.2f}%" + ("" if iv["predates"] else
+                                                       f", evaluation +- {_pct(iv['eval_half']):.2f}%") + ")")
+        ratios.append(math.exp(iv["d"]))
+        parts.append(f"{meth} {g[0]:.2f} +- {g[1] or 0:.2f} over {g[2]} seeds vs {rtn} {rt[0]:.2f}")
+        pws.append(_power_two(iv, 0.0, _pct) if not iv["predates"] else
+                   {**power(_pct(iv["d"]), _pct(iv["lo"]), _pct(iv["hi"]), 0.0, iv["k"], "calibration seeds"),
+                    "n_needed": None, "why": PREDATES})
     if not decisions:
         return []
     ok = both(*decisions)
+    why = None if ok is not None else (
+        PREDATES + ", so no interval holds both sources" if old_rows else
+        "an interval of GPTQ - RTN (calibration seeds and evaluation sentences) reaches 0")
     return [gated(check(f"{m}: GPTQ's perplexity is below RTN's at the same bits and groups", ok,
                         "; ".join(parts), "GPTQ Tables 2-4: GPTQ < RTN at 3 and 4 bits (RTN collapses at 3 bits)",
-                        headline=True, interval="95% t-interval over calibration seeds: " + "; ".join(ivs),
-                        undecided_because=None if ok is not None else
-                        "an interval over calibration seeds straddles RTN's perplexity",
+                        headline=True, interval="perplexity change GPTQ vs RTN, 95% interval from the calibration "
+                        "seeds' spread and the evaluation sentences' paired error (Welch-Satterthwaite): "
+                        + "; ".join(ivs), undecided_because=why,
                         numbers=numbers(max(ratios), "GPTQ / RTN perplexity (worst setting)",
-                                        paper_text="< 1 at 3 and 4 bits")),
+                                        paper_text="< 1 at 3 and 4 bits"),
+                        power=_worst(pws)),
                   gates)]
 
 
 def _absmax_worse(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """3. absmax worse than LLM.int8(): strictly, by more than the noise of one run on each side."""
+    """3. absmax worse than LLM.int8(): strictly, beyond the noise of one run on each side and the evaluation's
+    paired sampling error."""
     ab, li, fp = _ppl(R, m, "int8_absmax"), _ppl(R, m, "llm_int8"), _ppl(R, m, "fp32")
     if not (ab and li and fp):
         return []
-    none = _no_outliers(R, m)
+    same = _vectorwise_here(R, m)
     h, how = _noise(R, m)
-    d = (ab[0] - li[0]) / fp[0]
+    iv = _diff(R, m, "int8_absmax", "llm_int8")
+    d = iv["d"]
     band = None if h is None else h * np.sqrt(2)  # two independent single runs
-    ok = None if band is None or not np.isfinite(d) else decide_interval(d - band, d + band, above=0.0)
+    ok, lo, hi, pw = None, -math.inf, math.inf, None
+    if band is not None and math.isfinite(d):
+        half = math.hypot(band, iv["eval_half"] if math.isfinite(iv["eval_half"]) else 0.0)
+        lo, hi = d - half, d + half
+        ok = _above(lo, hi, 0.0)
+        pw = _power_fixed(_pct(d), _pct(lo), _pct(hi), 0.0, abs(d), band, iv["eval_half"], iv["n"],
+                          "the noise of two quantized runs (the calibration seeds' spread)")
     return [gated(check(f"{m}: tensor-wise absmax int8 loses more than LLM.int8()", ok,
-                        f"absmax {ab[0]:.3f} vs LLM.int8() {li[0]:.3f} ({100 * d:+.2f}% of fp32)"
-                        + ("; 0 outlier dimensions at this scale" if none else ""),
+                        f"absmax {ab[0]:.3f} vs LLM.int8() {li[0]:.3f} ({_pct(d):+.2f}%)"
+                        + (f"; {same}" if same else ""),
                         f"13B: absmax {_pub('int8_c4_ppl_13b_absmax')} vs "
                         f"{_pub('int8_c4_ppl_13b_llm_int8')} (strictly worse, beyond the noise)",
                         interval=None if band is None else
-                        f"[{100 * (d - band):+.2f}%, {100 * (d + band):+.2f}%] (" + how + ", x sqrt 2)",
+                        f"[{_pct(lo):+.2f}%, {_pct(hi):+.2f}%] (" + how + ", x sqrt 2" + _eval_words(iv) + ")",
                         undecided_because=None if ok is not None else (
                             how if band is None else "the difference's interval includes 0: absmax "
                             "and LLM.int8() are within the noise" + (
                                 " (with 0 outlier dimensions tensor-wise absmax has no outlier to "
-                                "lose precision to)" if none else ""))),
+                                "lose precision to)" if _no_outliers(R, m) else "")),
+                        power=pw),
                   gates)]
 
 
 def _decomposition(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """4. The outlier decomposition against vector-wise int8: not applicable without outlier dimensions."""
+    """4. The check that credits LLM.int8()'s outlier decomposition: vector-wise int8 loses perplexity that
+    LLM.int8() keeps. Undecided when LLM.int8() is the vector-wise product (0 outlier dimensions, identical losses):
+    the same measurement cannot credit the decomposition, and is counted once (by the int8 check)."""
     vw, li = _ppl(R, m, "int8_vectorwise"), _ppl(R, m, "llm_int8")
     dd = R.metric("decomposed_dims").where(model=m, method="llm_int8").first()
     if not (vw and li and dd):
         return []
-    none = dd["value"] == 0
-    return [gated(check(f"{m}: the outlier decomposition improves on vector-wise int8",
-                        None if none else (li[0] < vw[0] if _decided_noise(R, m, vw[0] - li[0]) else None),
+    same = _vectorwise_here(R, m)
+    h, how = _noise(R, m)
+    iv = _diff(R, m, "int8_vectorwise", "llm_int8")
+    ok, lo, hi, pw, why = None, -math.inf, math.inf, None, None
+    if same:
+        why = (f"not applicable: {same}; the two are one measurement, so it cannot credit the decomposition "
+               "(outliers emerge at >= 6.7B parameters)")
+    elif h is None:
+        why = how
+    else:
+        band = h * np.sqrt(2)
+        half = math.hypot(band, iv["eval_half"] if math.isfinite(iv["eval_half"]) else 0.0)
+        lo, hi = iv["d"] - half, iv["d"] + half
+        ok = _above(lo, hi, 0.0)
+        pw = _power_fixed(_pct(iv["d"]), _pct(lo), _pct(hi), 0.0, abs(iv["d"]), band, iv["eval_half"], iv["n"],
+                          "the noise of two quantized runs (the calibration seeds' spread)")
+        why = None if ok is not None else "the difference's interval includes 0"
+    return [gated(check(f"{m}: the outlier decomposition improves on vector-wise int8", ok,
                         f"vector-wise {vw[0]:.3f} vs LLM.int8() {li[0]:.3f}; {int(dd['value'])} "
                         f"(layer, dim) pairs reached |x| >= {params['int8']['threshold']}",
                         "vector-wise int8 degrades once outliers emerge (>= 6.7B); the decomposition "
-                        "keeps fp16 quality", undecided_because="not applicable: 0 outlier "
-                        "dimensions (no feature reached the outlier threshold), so LLM.int8() is the "
-                        "vector-wise product here" if none else None),
+                        "keeps fp16 quality",
+                        interval=None if pw is None else f"[{_pct(lo):+.2f}%, {_pct(hi):+.2f}%] ({how}, x sqrt 2"
+                        + _eval_words(iv) + ")",
+                        undecided_because=why, power=pw),
                   gates)]
 
 
@@ -175,43 +383,51 @@ def _values_8bit(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[d
         return []
     v, none, share = row["value"], _no_outliers(R, m), _pub("int8_fraction_values_8bit")
     return [check(f"{m}: more than {share:g}% of the values are multiplied in 8 bits",
-                  None if none else v > share,
+                  None if none else decide_point(v, above=share),
                   f"{v:.4f}%" + ("; 0 outlier dimensions" if none else ""), f"> {share}%",
                   undecided_because="not applicable: 0 outlier dimensions reached the threshold, so "
                   "every value is multiplied in 8 bits by construction" if none else None)]
 
 
 def _int8_memory(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """6. LLM.int8()'s stored weights against 16-bit weights."""
+    """6. LLM.int8()'s stored weights against 16-bit weights (an exact count: a value on the bound is a tie)."""
     c = T
     v = R.metric("weight_bytes_vs_fp16").where(model=m, method="llm_int8").first()
     if not v:
         return []
-    return [check(f"{m}: LLM.int8() weights take about half of 16-bit weights", v["value"] < c["int8_bytes_max"],
+    return [check(f"{m}: LLM.int8() weights take about half of 16-bit weights",
+                  decide_point(v["value"], below=c["int8_bytes_max"]),
                   f"{v['value']:.3f} x fp16 (int8 codes + fp32 scale per output channel)",
                   f"~{100 - _pub('int8_memory_reduction')}% of 16-bit (< {c['int8_bytes_max']})",
+                  undecided_because=f"exactly on the bound {c['int8_bytes_max']}: a tie"
+                  if v["value"] == c["int8_bytes_max"] else None,
                   thresholds=uses(T, "int8_bytes_max"))]
 
 
 def _gptq4_loss(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """7. GPTQ 4-bit (every group setting) loses little: its perplexity ratio to fp32 below 1 + ``gptq4_ppl_tol``."""
+    """7. GPTQ 4-bit (every group setting) loses little: the interval of its perplexity change against fp32 (both
+    sources, :func:`_diff`) below ``gptq4_ppl_tol``."""
     c, fp = T, _ppl(R, m, "fp32")
     if not fp:
         return []
-    parts, decisions = [], []
+    parts, decisions, ivs, pws = [], [], [], []
+    bound = math.log(1 + c["gptq4_ppl_tol"])
     for meth in sorted(_gptq_methods(R, m, bits=4)):
-        g = _ppl(R, m, meth)
-        lo, hi = t_interval(*g)
-        decisions.append(decide_interval(lo / fp[0], hi / fp[0], below=1 + c["gptq4_ppl_tol"]))
-        parts.append(f"{meth} {g[0]:.2f} ({100 * (g[0] / fp[0] - 1):+.1f}%)")
+        iv = _diff(R, m, meth, "fp32")
+        decisions.append(_below(iv["lo"], iv["hi"], bound))
+        parts.append(f"{meth} {math.exp(iv['d']) * fp[0]:.2f} ({_pct(iv['d']):+.1f}%)")
+        ivs.append(f"{meth} [{_pct(iv['lo']):+.2f}%, {_pct(iv['hi']):+.2f}%]" + _eval_words(iv))
+        pws.append(_power_two(iv, bound, _pct))
     if not decisions:
         return []
     ok = both(*decisions)
     return [gated(check(f"{m}: GPTQ 4-bit loses little perplexity", ok, f"fp32 {fp[0]:.2f}; " + "; ".join(parts),
                         f"'negligible' at 175B (<= {100 * c['gptq4_ppl_tol']:.0f}% here); small OPT "
                         "models lose more (GPTQ Table 3)",
+                        interval="95% interval of the change (calibration seeds and evaluation sentences): "
+                        + "; ".join(ivs),
                         undecided_because=None if ok is not None else "interval straddles the bound",
-                        thresholds=uses(T, "gptq4_ppl_tol")),
+                        thresholds=uses(T, "gptq4_ppl_tol"), power=_worst(pws)),
                   gates)]
 
 
@@ -230,9 +446,35 @@ def _gptq_rtn_pairs(errors: Rows) -> list[dict]:
     return [v for v in by.values() if "gptq" in v and "rtn" in v]
 
 
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p) (log-space terms: n in the thousands is fine)."""
+    if p <= 0:
+        return 1.0
+    if p >= 1:
+        return 1.0 if k >= n else 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    return min(1.0, sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp
+                                 + (n - i) * lq) for i in range(k + 1)))
+
+
+def _share_interval(wins: int, n: int) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) 95% interval of a binomial share ``wins``/``n``, by bisection on the tails."""
+    def solve(f):
+        a, b = 0.0, 1.0
+        for _ in range(60):
+            mid = (a + b) / 2
+            a, b = (mid, b) if f(mid) else (a, mid)
+        return (a + b) / 2
+    lo = 0.0 if wins == 0 else solve(lambda p: 1 - _binom_cdf(wins - 1, n, p) < 0.025)
+    hi = 1.0 if wins == n else solve(lambda p: _binom_cdf(wins, n, p) > 0.025)
+    return lo, hi
+
+
 def _layer_error(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
     """8. Layer-wise error: GPTQ minimises the error on its calibration inputs, so in-sample errors win by
-    construction; only rows scored on held-out inputs can decide (the calibration rows are shown undecided)."""
+    construction; only rows scored on held-out inputs can decide (the calibration rows are shown undecided). The
+    share of (layer, setting, seed) cases GPTQ wins, over the decided cases (an exact tie decides nothing), decides
+    by its exact binomial 95% interval against ``layer_win_min``."""
     c = T
     errors = R.metric("layer_rel_error").where(model=m)
     in_sample = errors.filter(lambda r: not _held_out(r))
@@ -240,18 +482,29 @@ def _layer_error(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[d
         pairs = _gptq_rtn_pairs(scored)
         if not pairs:
             continue
-        wins = sum(bool(v["gptq"] < v["rtn"]) for v in pairs)
+        decided = [v for v in pairs if v["gptq"] != v["rtn"]]
+        wins, n = sum(bool(v["gptq"] < v["rtn"]) for v in decided), len(decided)
         rs = [v["gptq"] / v["rtn"] for v in pairs if v["rtn"] > 0]
         ratio = float(np.median(rs)) if rs else float("nan")
-        return [check(f"{m}: GPTQ's layer-wise reconstruction error is below RTN's",
-                      wins > c["layer_win_min"] * len(pairs) if held else None,
-                      f"{wins}/{len(pairs)} (layer, setting, seed) cases on {name} inputs; median error "
-                      f"ratio GPTQ/RTN {ratio:.3f}",
+        lo, hi = _share_interval(wins, n) if n else (0.0, 1.0)
+        ok = (decide_interval(lo, hi, above=c["layer_win_min"]) if n else None) if held else None
+        why = None
+        if not held:
+            why = ("in-sample: the errors are scored on GPTQ's own calibration inputs, which GPTQ minimises by "
+                   "construction; the rows have no held-out inputs")
+        elif ok is None:
+            why = (f"the share's interval [{lo:.3f}, {hi:.3f}] reaches {c['layer_win_min']}" if n
+                   else "every case is a tie")
+        return [check(f"{m}: GPTQ's layer-wise reconstruction error is below RTN's", ok,
+                      f"{wins}/{n} (layer, setting, seed) cases on {name} inputs"
+                      + (f" ({len(pairs) - n} ties left out)" if len(pairs) > n else "")
+                      + f"; median error ratio GPTQ/RTN {ratio:.3f}",
                       f"GPTQ minimises ||WX - QX||^2 layer by layer (Eq. 1); more than "
                       f"{100 * c['layer_win_min']:.0f}% of the cases on held-out inputs",
-                      undecided_because=None if held else "in-sample: the errors are scored on GPTQ's own "
-                      "calibration inputs, which GPTQ minimises by construction; the rows have no "
-                      "held-out inputs", thresholds=uses(T, "layer_win_min") if held else None)]
+                      interval=f"exact binomial 95% interval of the share won [{lo:.3f}, {hi:.3f}]" if held else None,
+                      undecided_because=why, thresholds=uses(T, "layer_win_min") if held else None,
+                      power=power(wins / n, lo, hi, c["layer_win_min"], n, "(layer, setting, seed) cases")
+                      if held and n else None)]
     return []
 
 
@@ -319,8 +572,12 @@ def _data_setup(R: Rows, params: dict) -> dict:
     cal = params["calibration"]
     txt = R.metric("text_tokens").first()
     if not txt:
-        return {"data": "the suite's corpus (validation perplexity on the first "
-                        f"{params['eval']['valid_sentences']} validation sentences)",
+        ev = params["eval"]
+        n_test = ev.get("ppl_test_sentences", 0)
+        return {"data": "the suite's corpus (perplexity on "
+                        + (f"the first {ev['valid_sentences']}" if ev["valid_sentences"] else "all")
+                        + " validation sentences" + ("" if n_test == 0 else " and " + (
+                            f"the first {n_test}" if n_test else "all") + " test sentences") + ")",
                 "calibration": f"{cal['sentences']} training sentences, seeds {cal['seeds']}"}
     t = txt["sweep"]
     return {"data": f"{t['text_path']}: perplexity over {int(txt['value'])} tokens in {t['windows']} windows of "
@@ -339,28 +596,40 @@ def _setup(R: Rows, models: list, params: dict, device: str | None) -> list[dict
 
 
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
-    """Checks (``thresholds``: the judge: section of config/claims/quantization.yaml); the interval of a GPTQ
-    number is the 95% t-interval of its mean over the calibration seeds. Gates: the fp32 LM's validation perplexity
-    is below ``lm_gate_ratio`` x the unigram baseline (translation: BLEU more than ``bleu_gate_margin`` above the
-    copy baseline); checks on a model that did not learn are undecided. The noise of one deterministic run
-    (LLM.int8(), absmax) is bounded by the largest spread of GPTQ's perplexity over calibration seeds
-    (:func:`_noise`).
+    """Checks (``thresholds``: the judge: section of config/claims/quantization.yaml). Every perplexity comparison
+    is paired (two methods on the same evaluation tokens) and decided on D = ln ppl(a) - ln ppl(b) with a 95%
+    interval from both of its sources (:func:`_diff`): the spread of D over GPTQ's calibration seeds and the
+    evaluation tokens' own sampling error, the standard error of the paired per-sentence difference the measurement
+    records (``paired_nll_diff``), added as variances (Welch-Satterthwaite degrees of freedom). The noise of one
+    deterministic run (LLM.int8(), absmax) is bounded by the largest spread of GPTQ's perplexity over calibration
+    seeds (:func:`_noise`) and added to the evaluation's error in quadrature. A value or an interval edge on a
+    threshold is a tie: undecided. Every interval-decided check carries ``power=`` (the seeds or evaluation sentences
+    that would decide it if the estimate held). Gates: the fp32 LM's validation perplexity is below
+    ``lm_gate_ratio`` x the unigram baseline (translation: BLEU more than ``bleu_gate_margin`` above the copy
+    baseline); checks on a model that did not learn are undecided.
 
     Headlines:
-    1. LLM.int8(): perplexity unchanged - the interval of ppl(llm_int8) / ppl(fp32) - 1 lies inside the registry's
-       +-``int8_ppl_equivalence_tol`` (13B C4: 12.45 = 12.45), for every model.
-    2. GPTQ beats RTN at 3 and 4 bits (GPTQ Tables 2-4): for every GPTQ setting, the interval of GPTQ's perplexity
-       lies below RTN's with the same bits and groups.
+    1. int8 keeps perplexity - the interval of ppl(llm_int8) / ppl(fp32) - 1 lies inside the registry's
+       +-``int8_ppl_equivalence_tol`` (13B C4: 12.45 = 12.45), for every model. Named "LLM.int8() leaves perplexity
+       unchanged" when LLM.int8() decomposed outliers; with 0 outlier dimensions (or losses identical to vector-wise
+       int8) it is the vector-wise int8 product, one measurement counted once, and the check is named for 8-bit
+       inference (it credits no decomposition).
+    2. GPTQ beats RTN at 3 and 4 bits (GPTQ Tables 2-4): for every GPTQ setting, the interval of
+       ln ppl(GPTQ) - ln ppl(RTN) (same bits and groups) lies below 0. Rows without the paired per-sentence losses
+       (measured before they were recorded) decide nothing.
     Secondary:
-    3. absmax (tensor-wise) int8 loses more than LLM.int8() (19.08 vs 12.45): ppl(absmax) > ppl(llm_int8) by more
-       than two runs' noise.
-    4. The decomposition matters where there are outliers: ppl(vectorwise) > ppl(llm_int8) when LLM.int8() took any
-       dimension to 16 bits; undecided when no |x| >= threshold appeared (then both are the same product).
+    3. absmax (tensor-wise) int8 loses more than LLM.int8() (19.08 vs 12.45): beyond two runs' noise and the
+       evaluation's error.
+    4. The decomposition matters where there are outliers (the check that credits it): ppl(vectorwise) >
+       ppl(llm_int8); undecided (not applicable) when LLM.int8() is the vector-wise product (0 outlier dimensions,
+       identical losses).
     5. More than 99.9% of the values are multiplied in 8 bits (not applicable without outlier dimensions).
-    6. LLM.int8() weights take about half of 16-bit weights (<= ``int8_bytes_max`` x fp16, scales included).
-    7. GPTQ 4-bit (every group setting) loses little: ppl ratio to fp32 at most ``gptq4_ppl_tol`` + 1 (interval).
-    8. GPTQ's layer-wise reconstruction error is below RTN's on the same held-out inputs in more than
-       ``layer_win_min`` of the (layer, setting, seed) cases; undecided on GPTQ's own calibration inputs.
+    6. LLM.int8() weights take about half of 16-bit weights (< ``int8_bytes_max`` x fp16, scales included).
+    7. GPTQ 4-bit (every group setting) loses little: the interval of its perplexity change against fp32 below
+       ``gptq4_ppl_tol``.
+    8. GPTQ's layer-wise reconstruction error is below RTN's on the same held-out inputs: the exact binomial 95%
+       interval of the share of (layer, setting, seed) cases won (exact ties left out) above ``layer_win_min``;
+       undecided on GPTQ's own calibration inputs.
     9. Outlier emergence (6.7B: 100% of layers, 75% of sequence positions): undecided at this scale, the measured
        shares are reported (the phase shift is at 6.7B parameters).
     10. GPTQ's 3.25x / 4.5x generation speedups: undecided (needs its packed 3/4-bit CUDA kernels).
