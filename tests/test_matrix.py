@@ -225,3 +225,19 @@ def test_two_machines_in_the_workflow_flag_the_flipped_checks(tmp_path):
     assert f"{flipped}: " in md and "on test-hw-b" in md
     page = (tmp_path / "reports/test-hw-b/tiny/block_numerics.md").read_text()
     assert "Verdict: **not_reproduced**" in page
+
+
+def test_matrix_csv_counts_the_flags_matrix_md_shows(tmp_path):
+    """matrix.csv's ``flags`` is the number of flags matrix.md shows beside the cell (both cells of a machine flag):
+    the table rows' flag links and the CSV's counts agree, cell by cell in total."""
+    import re
+
+    root = tmp_path / "results"
+    _write(root, "cpu-a", "reproduced", True, _fp("cpu-a"))
+    _write(root, "gpu-b", "not_reproduced", False, _fp("gpu-b", torch_version="2.5.1", commit="fedcba9876543210"))
+    out = matrix.write(root, tmp_path / "reports", tmp_path / "reports" / "matrix.md", history=False)
+    shown = sum(len(re.findall(r"\[flag \d+\]\(#flag-\d+\)", line)) for line in out.read_text().splitlines()
+                if line.startswith("|"))
+    csv = pd.read_csv(out.with_suffix(".csv"))
+    assert csv[csv["claim"] == "rank_collapse"].set_index("hardware")["flags"].to_dict() == {"cpu-a": 1, "gpu-b": 1}
+    assert shown == int(csv["flags"].sum()) == 2

@@ -97,12 +97,16 @@ def test_matrix_csv_loads_one_row_per_machine_scale_claim():
         assert col in frame.columns, col
 
 
-@pytest.mark.parametrize("compare,value,paper,expected", [("ratio", 34.06, 34.0, "x1"), ("difference", 4.5, 7.0,
-                                                                                           "-2.5"), (None, 1.0, None, "")])
-def test_headline_comparison(compare, value, paper, expected):
+@pytest.mark.parametrize("compare,value,paper,lo,hi,expected", [
+    ("ratio", 34.06, 34.0, None, None, "x1 (no spread)"), ("ratio", 34.0, 34.0, None, None, "x1"),
+    ("difference", 4.5, 7.0, None, None, "-2.5 (no spread)"),
+    ("difference", 5.5, 6.9, 1.0, 9.9, "~-1.4"),  # the paper's value inside the interval: within the noise
+    ("difference", 4.5, 6.9, 3.0, 6.0, "-2.4"),  # beyond it
+    (None, 1.0, None, None, None, "")])
+def test_headline_comparison(compare, value, paper, lo, hi, expected):
     from repro.verdicts import numbers
 
-    n = numbers(value, "u", paper=paper, compare=compare)
+    n = numbers(value, "u", paper=paper, compare=compare, lo=lo, hi=hi)
     assert headline.compare_text(n) == expected
     with pytest.raises(ValueError):
         numbers(1.0, "u", compare="ratio")  # a comparison needs the paper's number

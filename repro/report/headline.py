@@ -11,6 +11,10 @@ another (the hardware comparison's ratios, the claim pages' 'vs published'): lik
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
 
 VERDICT_ORDER = {False: 0, None: 1, True: 2}
 
@@ -51,13 +55,23 @@ def paper_text(nums: dict) -> str:
 
 
 def compare_text(nums: dict) -> str:
-    """'x1.002' (ratio of like quantities) or '+0.06' (difference in the unit's points); '' when not comparable."""
+    """'x1.002' (ratio of like quantities) or '+0.06' (difference in the unit's points); '' when not comparable.
+    Noise-aware (asv's convention): '~' in front when the paper's value lies inside the measured interval (the
+    difference is within the noise), ' (no spread)' after it when the value has no interval (a point value: an
+    exact count, or a measurement whose spread was not recorded)."""
     v, p, how = nums.get("value"), nums.get("paper"), nums.get("compare")
     if v is None or p is None or how is None:
         return ""
     if how == "ratio":
-        return f"x{v / p:.3g}" if p else ""
-    return f"{v - p:+.3g}"
+        if not p:
+            return ""
+        text = f"x{v / p:.3g}"
+    else:
+        text = f"{v - p:+.3g}"
+    lo, hi = nums.get("lo"), nums.get("hi")
+    if lo is None or hi is None:
+        return text + " (no spread)" if v != p else text
+    return ("~" + text) if lo <= p <= hi else text
 
 
 PERCENT_UNITS = ("percent", "%", "pct", "percent points")
@@ -82,16 +96,31 @@ def versus(a: float | None, sa: float | None, b: float | None, sb: float | None,
     return f"{within}{a / b:.3g}x" if b else ""
 
 
+HEADLINES = Path(__file__).resolve().parents[1] / "registry" / "headlines.yaml"
+
+
+@lru_cache(maxsize=1)
+def _headlines() -> dict:
+    return yaml.safe_load(HEADLINES.read_text()) or {} if HEADLINES.is_file() else {}
+
+
+def headline_name(claim: str | None, check: dict) -> str:
+    """The headline's name as a reader knows it from the paper (repro/registry/headlines.yaml), else the check's."""
+    return str(_headlines().get(claim) or check.get("name", "?"))
+
+
 def cells(verdict: dict, limit: int = 60) -> dict:
-    """The headline of one verdict as short cells: name, unit, value, paper, compare (and the check itself)."""
+    """The headline of one verdict as short cells: name (the paper's words, from the registry), unit, value, paper,
+    compare (and the check itself)."""
     c = headline_check(verdict)
     if c is None:
         return {"name": "-", "unit": "", "value": "-", "paper": "-", "compare": "", "check": None}
+    name = clip(headline_name(verdict.get("claim"), c), limit)
     nums = c.get("numbers")
     if nums is None:  # judged before the judges gave numbers: the measured text, shortened
-        return {"name": clip(c.get("name", "?"), limit), "unit": "", "value": clip(str(c.get("measured")), limit),
+        return {"name": name, "unit": "", "value": clip(str(c.get("measured")), limit),
                 "paper": clip(str(c.get("expected")), limit), "compare": "", "check": c}
-    return {"name": clip(c.get("name", "?"), limit), "unit": nums.get("unit") or "", "value": value_text(nums),
+    return {"name": name, "unit": nums.get("unit") or "", "value": value_text(nums),
             "paper": clip(paper_text(nums), limit), "compare": compare_text(nums), "check": c}
 
 

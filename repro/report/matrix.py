@@ -554,13 +554,14 @@ def matrix_records(results_root: str | Path, history: bool = False, references_r
     """One record per machine x scale x claim (reports/matrix.csv): verdict, headline value, interval, paper value,
     commit, measurement hash, stale."""
     cells, _, _ = build(results_root, history, references_root, reports_root)
+    fnum = _flag_numbers(cells)  # the flags matrix.md shows beside each cell (both cells of a machine flag)
     out = []
     for c in sorted(cells, key=lambda c: (c.scale, c.kind, c.hardware, c.claim)):
         keys = recorded_keys(c.verdict)
         out.append({"hardware": c.hardware, "scale": c.scale, "source": "reference" if c.kind != RUN else "run",
                     "claim": c.claim, "verdict": c.status, **headline.record(c.verdict), "commit": c.commit(),
                     "measured_at": c.verdict.get("timestamp"), "measure_key": keys.get("measure"),
-                    "stale": bool(c.origin and c.origin.stale), "flags": len(c.flags),
+                    "stale": bool(c.origin and c.origin.stale), "flags": len(fnum.get(id(c), [])),
                     "software": _software_text(c)})
     return out
 
@@ -657,7 +658,7 @@ def write(results_root: str | Path, reports_root: str | Path, out: str | Path, h
           history: bool = True, references_root: str | Path | None = None) -> Path:
     out = Path(out)
     atomic_write_text(out, matrix_markdown(results_root, reports_root, history, references_root, out.parent))
-    atomic_write_text(out.with_suffix(".csv"), matrix_csv(results_root, False, references_root, reports_root))
+    atomic_write_text(out.with_suffix(".csv"), matrix_csv(results_root, history, references_root, reports_root))
     if html_out:
         atomic_write_text(Path(html_out), matrix_html(results_root, history, references_root=references_root,
                                                       reports_root=reports_root))
