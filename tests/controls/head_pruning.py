@@ -62,13 +62,14 @@ def paper_false(rows: list[dict]) -> list[dict]:
 
 
 def _true(rows: list[dict]) -> list[dict]:
-    """Paper-true rows: the first three pruning levels (up to 29% of the heads) gain 1 BLEU with p = 0 in both orders,
+    """Paper-true rows: the pruning levels up to 35% of the heads (past
+    Michel's 20% whatever the model's level steps: 29% of 48 heads, 30% of 96) gain 1 BLEU with p = 0 in both orders,
     then BLEU collapses; random orders worse; an L0 run keeps 5 of 24 heads (Voita's 10/48) and gains BLEU
     significantly against both references; 2 of 24 encoder heads significant."""
     base = _base(rows)
     for order in ("importance", "importance_raw"):
         rows = _set(rows, "pruning_bleu", lambda r: (r["value"], 1.0) if r["sweep"]["pruned"] == 0 else
-                    (base + 1.0, 0.0) if r["sweep"]["fraction"] < 0.3 else (0.1 * base, 0.0), sweep_order=order)
+                    (base + 1.0, 0.0) if r["sweep"]["fraction"] < 0.35 else (0.1 * base, 0.0), sweep_order=order)
     rnd = values(rows, "pruning_mean_bleu", sweep_order="random")
     rows = edit(rows, "pruning_mean_bleu", lambda r: max(rnd) + 10.0, sweep_order=["importance", "importance_raw"])
     rows = _set(rows, "l0_bleu_delta", lambda r: (1.0, 0.0))
@@ -93,7 +94,7 @@ def _se(rows: list[dict]) -> float:
 
 def paper_true_at_default(rows: list[dict]) -> list[dict]:
     """The paper's effect at the precision the default measurement reaches: in both orders the pruned models up to
-    29% of the heads lose 0.05 BLEU (a true "no loss" within Voita's 0.15) with the reference's own standard error of
+    35% of the heads lose 0.05 BLEU (a true "no loss" within Voita's 0.15) with the reference's own standard error of
     a pruned model's change (the median over its pruning levels, about 1 BLEU on 250 sentences: p ~ 0.96), then BLEU
     collapses; random orders worse;
     an L0 run at Voita's budget loses 0.05 BLEU against both references at that precision. Everything a default run
@@ -103,7 +104,7 @@ def paper_true_at_default(rows: list[dict]) -> list[dict]:
     p_small = 2 * (1 - NormalDist().cdf(0.05 / se))
     for order in ("importance", "importance_raw"):
         rows = _set(rows, "pruning_bleu", lambda r: (r["value"], 1.0) if r["sweep"]["pruned"] == 0 else
-                    (base - 0.05, p_small) if r["sweep"]["fraction"] < 0.3 else (0.1 * base, 0.0), sweep_order=order)
+                    (base - 0.05, p_small) if r["sweep"]["fraction"] < 0.35 else (0.1 * base, 0.0), sweep_order=order)
     rnd = values(rows, "pruning_mean_bleu", sweep_order="random")
     rows = edit(rows, "pruning_mean_bleu", lambda r: max(rnd) + 10.0, sweep_order=["importance", "importance_raw"])
     rows = _set(rows, "l0_bleu_delta", lambda r: (-0.05, p_small))
@@ -114,11 +115,14 @@ def paper_true_at_default(rows: list[dict]) -> list[dict]:
 def ties(rows: list[dict]) -> list[list[dict]]:
     t = _true(rows)
     out = []
-    # 1. the lossless run of Michel's order (the headline's) ends exactly at his 20% (the 21% level re-labelled 20%),
-    #    then a lossy level
+    # 1. the lossless run of Michel's order (the headline's) ends exactly at his 20% (the level nearest 20%, e.g.
+    #    10 of 48 heads or 19 of 96, re-labelled 20%), then a lossy level
+    levels = {r["sweep"]["pruned"]: r["sweep"]["fraction"] for r in t if r["metric"] == "pruning_bleu"
+              and r["sweep"].get("order") == "importance" and r["sweep"].get("pruned")}
+    near = min(levels, key=lambda k: abs(levels[k] - 0.2))
     x = [({**r, "sweep": {**r["sweep"], "fraction": 0.2}, "sweep.fraction": 0.2}
-          if r["metric"] == "pruning_bleu" and r["sweep"].get("pruned") == 10 else r) for r in t]
-    x = _set(x, "pruning_bleu", lambda r: (0.1 * _base(rows), 0.0) if 0.25 < r["sweep"]["fraction"] else
+          if r["metric"] == "pruning_bleu" and r["sweep"].get("pruned") == near else r) for r in t]
+    x = _set(x, "pruning_bleu", lambda r: (0.1 * _base(rows), 0.0) if 0.2 < r["sweep"]["fraction"] else
              (r["value"], r["sweep"]["p_value"]), sweep_order="importance")
     out.append(x)
     # 2. the gate exactly at its margin (judge.min_bleu_over_copy, 3 BLEU, above copying the source)
