@@ -383,3 +383,36 @@ def evaluate_all(claim: str, declared: list[Declared], rows: list[dict], thresho
     for d in declared:
         (gates if d.gate else checks).extend(evaluate(claim, d, rows, thresholds))
     return [gated(c, gates) for c in checks], gates
+
+
+# ----------------------------------------------------------------------------------------------- exact binomial
+def binom_tail(k: int, n: int, p: float = 0.5, upper: bool = True) -> float:
+    """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, p): exact sums (integers at p = 1/2, log space
+    otherwise).
+    Here, not in scipy: the suite does not depend on scipy (the GPU image has none; repro/stats.py)."""
+    idx = range(max(k, 0), n + 1) if upper else range(min(k, n) + 1)
+    if not len(idx):
+        return 0.0
+    if p == 0.5:
+        return min(1.0, sum(math.comb(n, i) for i in idx) / 2 ** n)
+    if p <= 0.0 or p >= 1.0:
+        hit = (n if p >= 1.0 else 0) in idx
+        return 1.0 if hit else 0.0
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+            + (n - i) * math.log1p(-p) for i in idx]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
+
+
+def clopper_pearson(k: int, n: int, tail: float) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a binomial share with ``tail`` in each tail (dual to the one-sided
+    tests: the lower edge lies above 1/2 exactly when P(X >= k | 1/2) < tail)."""
+    def solve(f, target):  # f increasing in p: the p where f(p) = target
+        a, b = 0.0, 1.0
+        for _ in range(60):
+            m = (a + b) / 2
+            a, b = (m, b) if f(m) < target else (a, m)
+        return (a + b) / 2
+    lo = 0.0 if k == 0 else solve(lambda q: binom_tail(k, n, q, upper=True), tail)
+    hi = 1.0 if k == n else solve(lambda q: -binom_tail(k, n, q, upper=False), -tail)
+    return lo, hi

@@ -18,7 +18,8 @@ import numpy as np
 
 from repro import registry
 from repro.claims.layer_pruning import CLAIM, STACKS
-from repro.verdicts import (Rows, check, decide_interval, decide_point, gate, gated, numbers, setup_table,
+from repro.verdicts import (Rows, binom_tail, check, clopper_pearson, decide_interval, decide_point, gate, gated,
+                            numbers, setup_table,
                             uses, verdict_from_checks)
 
 
@@ -235,40 +236,9 @@ def _versus(R: Rows, stack: str, L: int) -> list[_Versus]:
     return out
 
 
-def _binom_tail(k: int, n: int, p: float = 0.5, upper: bool = True) -> float:
-    """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, p): exact sums (integers at p = 1/2, log space
-    otherwise). A private helper: scipy is not among the suite's dependencies (repro/stats.py)."""
-    idx = range(max(k, 0), n + 1) if upper else range(min(k, n) + 1)
-    if not len(idx):
-        return 0.0
-    if p == 0.5:
-        return min(1.0, sum(math.comb(n, i) for i in idx) / 2 ** n)
-    if p <= 0.0 or p >= 1.0:
-        hit = (n if p >= 1.0 else 0) in idx
-        return 1.0 if hit else 0.0
-    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
-            + (n - i) * math.log1p(-p) for i in idx]
-    top = max(logs)
-    return min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
-
-
 def _sign_test(wins: int, decided: int) -> tuple[float, float]:
     """One-sided exact sign test of ``wins`` of ``decided`` against 1/2: (p more wins, p more losses)."""
-    return _binom_tail(wins, decided, upper=True), _binom_tail(wins, decided, upper=False)
-
-
-def _clopper_pearson(k: int, n: int, tail: float) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) interval of a binomial share with ``tail`` in each tail (dual to the one-sided
-    tests: the lower edge lies above 1/2 exactly when P(X >= k | 1/2) < tail)."""
-    def solve(f, target):  # f increasing in p: the p where f(p) = target
-        a, b = 0.0, 1.0
-        for _ in range(60):
-            m = (a + b) / 2
-            a, b = (m, b) if f(m) < target else (a, m)
-        return (a + b) / 2
-    lo = 0.0 if k == 0 else solve(lambda q: _binom_tail(k, n, q, upper=True), tail)
-    hi = 1.0 if k == n else solve(lambda q: -_binom_tail(k, n, q, upper=False), -tail)
-    return lo, hi
+    return binom_tail(wins, decided, upper=True), binom_tail(wins, decided, upper=False)
 
 
 def _sign_power(wins: int, decided: int, alpha: float) -> dict:
@@ -284,7 +254,7 @@ def _sign_power(wins: int, decided: int, alpha: float) -> dict:
                 "half_width": math.inf, "n_needed": None,
                 "why": "no decided comparison: every selection tied with, or sat between, the random draws"}
     share = wins / decided
-    lo, hi = _clopper_pearson(wins, decided, alpha)
+    lo, hi = clopper_pearson(wins, decided, alpha)
     out = {"n": decided, "unit": unit, "value": share, "lo": lo, "hi": hi, "threshold": 0.5,
            "half_width": (hi - lo) / 2, "n_needed": None, "why": None}
     if share == 0.5:

@@ -17,7 +17,7 @@ from repro import registry
 from repro.claims.quantization import CLAIM
 from repro.stats import t_interval
 from repro.verdicts import (Rows, both, check, decide_interval, decide_point, decide_within, gate, gated, numbers,
-                            power, setup_table, uses, verdict_from_checks)
+                            power, setup_table, uses, verdict_from_checks, clopper_pearson)
 
 
 def _pub(key: str):
@@ -446,30 +446,6 @@ def _gptq_rtn_pairs(errors: Rows) -> list[dict]:
     return [v for v in by.values() if "gptq" in v and "rtn" in v]
 
 
-def _binom_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p) (log-space terms: n in the thousands is fine)."""
-    if p <= 0:
-        return 1.0
-    if p >= 1:
-        return 1.0 if k >= n else 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    return min(1.0, sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp
-                                 + (n - i) * lq) for i in range(k + 1)))
-
-
-def _share_interval(wins: int, n: int) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) 95% interval of a binomial share ``wins``/``n``, by bisection on the tails."""
-    def solve(f):
-        a, b = 0.0, 1.0
-        for _ in range(60):
-            mid = (a + b) / 2
-            a, b = (mid, b) if f(mid) else (a, mid)
-        return (a + b) / 2
-    lo = 0.0 if wins == 0 else solve(lambda p: 1 - _binom_cdf(wins - 1, n, p) < 0.025)
-    hi = 1.0 if wins == n else solve(lambda p: _binom_cdf(wins, n, p) > 0.025)
-    return lo, hi
-
-
 def _layer_error(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
     """8. Layer-wise error: GPTQ minimises the error on its calibration inputs, so in-sample errors win by
     construction; only rows scored on held-out inputs can decide (the calibration rows are shown undecided). The
@@ -486,7 +462,7 @@ def _layer_error(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[d
         wins, n = sum(bool(v["gptq"] < v["rtn"]) for v in decided), len(decided)
         rs = [v["gptq"] / v["rtn"] for v in pairs if v["rtn"] > 0]
         ratio = float(np.median(rs)) if rs else float("nan")
-        lo, hi = _share_interval(wins, n) if n else (0.0, 1.0)
+        lo, hi = clopper_pearson(wins, n, 0.025) if n else (0.0, 1.0)
         ok = (decide_interval(lo, hi, above=c["layer_win_min"]) if n else None) if held else None
         why = None
         if not held:
