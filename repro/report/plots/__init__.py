@@ -13,7 +13,11 @@ One visual convention for every figure (also the hardware comparison, repro/repo
   for a published range (:func:`published_band`) or an ``X`` marker (:func:`published_points`), labelled
   "paper: ..."; the numbers come from the registry (:func:`published`), never typed into plot code;
 - shared colour and axis scales wherever panels are compared (``sharey``/one ``vmin``/``vmax`` per figure);
-- legends outside the data area when they would cover it (:func:`legend_outside`).
+- legends outside the data area when they would cover it (:func:`legend_outside`);
+- one figure per question; the figure that answers the claim's headline marks its axis (:func:`mark_headline`),
+  and a test renders every claim's figures from its committed reference and checks that the headline's measured
+  value, its interval and the paper's value lie inside that axis (tests/test_figures.py). A claim none of whose
+  figures shows the headline draws it with :func:`headline_figure`.
 """
 import fnmatch
 import json
@@ -99,6 +103,79 @@ def with_sweep(frame, *keys):
     for k in keys:
         frame[k] = frame["sweep"].map(lambda s, k=k: s.get(k))
     return frame
+
+
+def headline_numbers(files: "ResultFiles") -> dict | None:
+    """The numbers of the check that decided the verdict (repro.report.headline.headline_check): value, lo, hi,
+    unit, paper, paper_text; None when the verdict has no headline with numbers."""
+    from repro.report.headline import headline_check  # lazy: keeps the plot package free of report imports
+
+    check = headline_check(files.verdict or {})
+    return None if check is None else check.get("numbers")
+
+
+def mark_headline(ax, axis: str, to_axis=None) -> None:
+    """Mark ``ax`` as the panel that shows the claim's headline along ``axis`` ('x' or 'y'); ``to_axis`` maps a
+    headline number (value, interval, paper) to where it is drawn on that axis, when the panel shows it in other
+    terms (e.g. measured / published). The figure test checks those numbers lie inside the axis limits."""
+    ax.repro_headline = (axis, to_axis or (lambda v: v))
+
+
+def save_headline(fig, ax, out_dir, name: str, xlabel: str, title: str, caption: str) -> list[tuple[str, str]]:
+    """Finish and save a figure whose ``ax`` shows the headline along x: labels, the legend outside, the headline
+    mark (:func:`mark_headline`); returns ``[(name, caption)]`` for the claim page."""
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9)
+    legend_outside(ax)
+    mark_headline(ax, "x")
+    save(fig, out_dir, name)
+    return [(name, caption)]
+
+
+def plain_log_ticks(ax, axis: str, ticks) -> None:
+    """Plain numbers as the ticks of a log axis (``ticks``: the values to label), no overlapping minor labels."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    kept = []
+    for t in sorted(set(float(t) for t in ticks if t > 0)):
+        if not kept or t / kept[-1] >= 1.25:  # labels at least a quarter apart on the log axis: none overlap
+            kept.append(t)
+    target.set_major_locator(FixedLocator(kept))
+    target.set_major_formatter(ScalarFormatter())
+    target.set_minor_locator(NullLocator())
+    target.set_minor_formatter(NullFormatter())
+
+
+def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", label: str | None = None
+                    ) -> list[tuple[str, str]]:
+    """The claim's headline as one panel: the measured value with the interval that decided it, beside the paper's
+    value (a black dashed line) or, where the paper gives no number in this unit, a title that says so."""
+    from repro.report.headline import fmt_number, headline_check, headline_name  # lazy: as headline_numbers
+
+    nums = headline_numbers(files)
+    if not nums or nums.get("value") is None:
+        return []
+    check = headline_check(files.verdict)
+    v, lo, hi, paper = nums["value"], nums.get("lo"), nums.get("hi"), nums.get("paper")
+    fig, ax = plt.subplots(figsize=(6.4, 1.9))
+    err = None if lo is None or hi is None else [[v - lo], [hi - v]]
+    ax.errorbar([v], [0], xerr=err, fmt="o", color=sns.color_palette()[0], capsize=4,
+                label="measured" + (" (interval that decided)" if err else " (no interval)"))
+    shown = [v] + ([lo, hi] if err else [])
+    if paper is not None:
+        published_line(ax, paper, fmt_number(paper), axis="v")
+        shown.append(paper)
+    span = (max(shown) - min(shown)) or abs(v) or 1.0
+    ax.set_xlim(min(shown) - 0.25 * span, max(shown) + 0.25 * span)
+    ax.set_yticks([])
+    title = label or headline_name(files.verdict.get("claim"), check)
+    if paper is None:
+        title += f"\nno paper value in this unit; the claim: {nums.get('paper_text') or 'none stated'}"
+    return save_headline(fig, ax, out_dir, name, nums.get("unit") or "", title,
+                         "The headline: the measured value with the interval that decided the verdict"
+                         + (" beside the paper's value (dashed)." if paper is not None else
+                            f"; the paper gives no number in this unit ({nums.get('paper_text') or 'none stated'})."))
 
 
 def save(fig, out_dir, name: str) -> None:

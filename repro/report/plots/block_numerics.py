@@ -5,10 +5,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, published_points
+from . import ResultFiles, headline_figure, published_points
 
 
-def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out = []
     act = metrics[metrics["metric"].isin(["relu_output", "gelu_output", "silu_output"])].copy()
     if len(act):
@@ -31,3 +31,8 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
         fig.tight_layout(); fig.savefig(out_dir / "deep_stack.png", dpi=110); plt.close(fig)
         out.append(("deep_stack.png", "Copy task: final training loss relative to chance; 1 = nothing learned."))
     return out
+
+
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    """The headline first (measured, its interval, the paper's value: :func:`headline_figure`), then the rest."""
+    return [*headline_figure(files, out_dir), *_figures(metrics, files, out_dir)]

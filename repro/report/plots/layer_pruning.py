@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import ResultFiles, legend_outside, published, published_band, published_line, save  # noqa: E402
+from . import ResultFiles, headline_figure, legend_outside, published, published_band, published_line, save  # noqa: E402
 
 STACKS = ("encoder", "decoder", "lm")
 QUALITY = {"encoder": ("bleu", "BLEU (test subset)"), "decoder": ("bleu", "BLEU (test subset)"),
@@ -191,10 +191,15 @@ def _healing_fig(metrics: pd.DataFrame, stacks: list[str], out_dir) -> tuple[str
             "same steps (control).")
 
 
-def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     stacks = [s for s in STACKS if ((metrics["metric"] == "n_layers") & (_col(metrics, "stack") == s)).any()]
     if not stacks:
         return []
     figs = (_block_influence_fig(metrics, stacks, out_dir), _angular_fig(metrics, stacks, out_dir),
             _quality_fig(metrics, stacks, out_dir), _healing_fig(metrics, stacks, out_dir))
     return [f for f in figs if f is not None]
+
+
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    """The headline first (measured, its interval, the paper's value: :func:`headline_figure`), then the rest."""
+    return [*headline_figure(files, out_dir), *_figures(metrics, files, out_dir)]

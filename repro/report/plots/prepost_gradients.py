@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, legend_outside, published, published_line, save as _save, with_sweep as _sweep
+from . import ResultFiles, headline_figure, legend_outside, plain_log_ticks, published, published_line, save as _save, with_sweep as _sweep
 
 
-def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     return [*_per_layer(metrics, out_dir), *_final_w2_vs_depth(metrics, out_dir), *_pre_over_post(metrics, out_dir),
             *_lemma2(metrics, out_dir)]
 
@@ -108,7 +108,11 @@ def _pre_over_post(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
                 ls=":", color="gray")
     exponent = published("prepost_gradients", "thm1_preln_over_postln_depth_exponent")
     ax.plot([], [], ls=":", color="gray", label=f"paper: L^{exponent:g} (Theorem 1)")
-    ax.set(xscale="log", yscale="log", xlabel="L", ylabel="Pre-LN / Post-LN final W2 grad")
+    ax.set(xscale="log", yscale="log", xlabel="L (layers)", ylabel="Pre-LN / Post-LN final W2 grad")
+    plain_log_ticks(ax, "x", sorted(set(t["depth"].astype(int))))
+    lo, hi = float(t["ratio"].min()), float(t["ratio"].max())
+    plain_log_ticks(ax, "y", [v for v in (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 3, 5) if lo / 1.5 <= v <= hi * 1.5])
+    ax.set_title(f"Does the Pre/Post gradient ratio fall as L^{exponent:g} with depth?", fontsize=9)
     legend_outside(ax)
     _save(fig, out_dir, "pre_over_post_ratio.png")
     return [("pre_over_post_ratio.png", "Pre/Post ratio of the final-layer W2 gradient norm vs depth (log-log), "
@@ -139,3 +143,8 @@ def _lemma2(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
     _save(fig, out_dir, "lemma2.png")
     return [("lemma2.png", "Lemma 2 by Monte Carlo in the simplified setting (error bars: 3 standard errors) "
              f"against the published value {post:g} d and bounds ({a0:g} + {a1:g} l) d, ({b0:g} + {b1:g} l) d.")]
+
+
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    """The headline first (measured, its interval, the paper's value: :func:`headline_figure`), then the rest."""
+    return [*headline_figure(files, out_dir), *_figures(metrics, files, out_dir)]

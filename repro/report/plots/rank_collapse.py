@@ -10,11 +10,41 @@ import pandas as pd
 import seaborn as sns
 
 
-from . import ResultFiles, save as _save, with_sweep as _sweep
+from . import (ResultFiles, legend_outside, published, published_line, save as _save, save_headline,
+               with_sweep as _sweep)
 
 ORDER = ("attention", "attention_skip", "attention_mlp", "full_post", "full_pre")
 MEASURES = {"residual_ratio": "rho = ||res(X_L)|| / ||res(X_0)||", "relative_residual": "||res(X)|| / ||X|| (diagnostic)",
             "layernorm_residual": "residual after LayerNorm (diagnostic)"}
+
+
+def _exponents(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    """The headline's question: is the per-layer exponent of pure attention the paper's 3 (doubly exponential
+    collapse), and do skip connections bring it to 1? One point per stack and init, the bar its spread over seeds."""
+    e = _sweep(metrics[metrics["metric"] == "per_layer_exponent"], "init", "variant").dropna(subset=["value"])
+    if not len(e):
+        return []
+    order = [v for v in ORDER if v in set(e["variant"])] + sorted(set(e["variant"]) - set(ORDER))
+    inits = list(dict.fromkeys(e["init"].fillna("xavier (single init)")))
+    e = e.assign(init=e["init"].fillna("xavier (single init)"))
+    fig, ax = plt.subplots(figsize=(7.2, 0.9 + 0.34 * len(order) * len(inits) ** 0.5))
+    for k, (init, color) in enumerate(zip(inits, sns.color_palette(n_colors=len(inits)))):
+        sub = e[e["init"] == init].set_index("variant").reindex(order)
+        y = np.arange(len(order)) + (k - (len(inits) - 1) / 2) * 0.2
+        ax.errorbar(sub["value"], y, xerr=sub["spread"].fillna(0), fmt="o", ms=4, capsize=2, color=color,
+                    label=f"{init} init")
+    ax.set_yticks(range(len(order)), order)
+    ax.invert_yaxis()
+    paper = float(published("rank_collapse", "dong_rate_exponent_base"))
+    published_line(ax, paper, f"exponent {paper:g} (doubly exponential collapse)", axis="v")
+    ax.axvline(1.0, color="gray", ls=":", lw=1.2, label="exponent 1 (at most exponential)")
+    lo = min(0.0, float(e["value"].min()) - 0.2)
+    ax.set_xlim(lo, max(paper, float((e["value"] + e["spread"].fillna(0)).max())) + 0.3)
+    return save_headline(
+        fig, ax, out_dir, "exponent.png", "per-layer exponent of ln rho (slope of ln rho_(L+1) on ln rho_L)",
+        f"Does pure attention collapse doubly exponentially (exponent {paper:g})?", "Per-layer exponent of the residual's collapse per stack and init (mean over seeds, "
+             "bar: spread): Dong et al.'s pure attention collapses with exponent 3 (dashed); skip connections "
+             "give ~1 (dotted); the headline is pure attention at PyTorch's init.")
 
 
 def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
@@ -23,25 +53,22 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
     if len(r):
         r["init"] = r["init"].fillna("xavier (single init)")  # results from before the init sweep
         inits = list(dict.fromkeys(r["init"]))
-        measures = {m: label for m, label in MEASURES.items() if m in set(r["metric"])}
         order = [v for v in ORDER if v in set(r["variant"])]
         colors = dict(hue_order=order, palette=dict(zip(order, sns.color_palette(n_colors=len(order)))))
-        fig, axes = plt.subplots(len(inits), len(measures), figsize=(4.6 * len(measures), 3.3 * len(inits)),
-                                 squeeze=False)
-        for i, init in enumerate(inits):
-            for j, (m, label) in enumerate(measures.items()):
-                sub = r[(r["init"] == init) & (r["metric"] == m)]
-                sns.lineplot(data=sub, x="layer", y="value", hue="variant", units="seed", estimator=None, lw=0.8,
-                             alpha=0.8, ax=axes[i, j], legend=(i == 0 and j == 0), **colors)
-                axes[i, j].set(yscale="log", ylabel=label if j == 0 else label.split(" (")[0],
-                               title=f"{init} init: {label}")
-                axes[i, j].title.set_fontsize(8)
+        rho = r[r["metric"] == "residual_ratio"]
+        fig, axes = plt.subplots(1, len(inits), figsize=(4.2 * len(inits) + 1.6, 3.4), squeeze=False, sharey=True)
+        for j, init in enumerate(inits):
+            ax = axes[0, j]
+            sns.lineplot(data=rho[rho["init"] == init], x="layer", y="value", hue="variant", units="seed",
+                         estimator=None, lw=0.8, alpha=0.8, ax=ax, legend=(j == len(inits) - 1), **colors)
+            ax.set(yscale="log", ylabel=MEASURES["residual_ratio"] if j == 0 else "", title=f"{init} init")
+        legend_outside(axes[0, -1])
+        fig.suptitle("Does the residual of pure attention collapse with depth, and do skips prevent it?", fontsize=10)
         _save(fig, out_dir, "residual_vs_depth.png")
         out.append(("residual_vs_depth.png",
-                    "Residual vs depth at random init, one row per init, each seed a line (float64; ~1e-16 relative is "
-                    "rounding). Left: Dong et al.'s measure, the absolute residual relative to the input's. Middle and "
-                    "right: the relative residual and the residual after LayerNorm, which fall when the token-mean "
-                    "component grows even while the absolute residual does not."))
+                    "Dong et al.'s residual ratio rho = ||res(X_L)|| / ||res(X_0)|| vs depth at random init, one "
+                    "panel per init, each seed a line (float64; ~1e-16 relative is rounding). The relative residual "
+                    "and the residual after LayerNorm (diagnostics) are in metrics.csv."))
         pairs = []
         for (init, variant, seed), sub in r[r["metric"] == "residual_ratio"].groupby(["init", "variant", "seed"]):
             rel = r[(r["metric"] == "relative_residual") & (r["init"] == init) & (r["variant"] == variant)
@@ -67,6 +94,7 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
             out.append(("residual_map.png",
                         "ln rho_(L+1) against ln rho_L (layers above float64 rounding, from the input on): Dong et "
                         "al.'s rate is cubic (slope 3) for pure attention; skip connections give slope ~1."))
+    out = _exponents(metrics, files, out_dir) + out
     g = _sweep(metrics[metrics["metric"].isin(["log_q_over_v_grad", "log_k_over_v_grad"])], "init", "position",
                "depth", "residual_scale")
     if len(g):

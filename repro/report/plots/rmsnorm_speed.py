@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, legend_outside, published, published_band, published_line, save
+from . import ResultFiles, legend_outside, mark_headline, published, published_band, published_line, save
 
 
 def _reduction_range() -> tuple[float, float]:
@@ -81,6 +81,9 @@ def _model(metrics, out_dir):
     published_line(ax, scalenorm, f"ScaleNorm ~{scalenorm:g}% (Nguyen & Salazar)", axis="v", ls=":")
     ax.axvline(0, color="gray", lw=1)
     ax.set_xlabel("training-step running-time reduction vs LayerNorm (%)")
+    ax.set_title(f"Is a training step with RMSNorm faster than with LayerNorm by the paper's {transformer:g}%?",
+                 fontsize=9)
+    mark_headline(ax, "x")
     legend_outside(ax)
     save(fig, out_dir, "model_reduction.png")
     return ("model_reduction.png", "Whole model: running-time reduction of a training step (median paired ratio; "

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import ResultFiles, legend_outside, published, published_points  # noqa: E402
+from . import ResultFiles, headline_figure, legend_outside, published, published_points  # noqa: E402
 
 
 CLAIM = "warmup_stability"
@@ -63,7 +63,7 @@ def _entropy_lines(g, metrics: pd.DataFrame, all_axes: bool = False) -> None:
         ax.text(ax.get_xlim()[0], float(h.iloc[0]), " unigram entropy", fontsize=6, va="bottom", color="gray")
 
 
-def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
     out_dir = Path(out_dir)
     return [*_curve_plots(metrics, _curves(files), out_dir), *_bleu(metrics, out_dir), *_depth(metrics, out_dir)]
 
@@ -160,3 +160,8 @@ def _depth(metrics: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
     return [("depth.png", "No warm-up: final validation NLL vs depth, Post-LN vs Pre-LN, mean and one standard "
              "deviation over seeds (Nguyen & Salazar Table 5 analogue: PostNorm fails at 5-6 layers, PreNorm "
              "trains).")]
+
+
+def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
+    """The headline first (measured, its interval, the paper's value: :func:`headline_figure`), then the rest."""
+    return [*headline_figure(files, out_dir), *_figures(metrics, files, out_dir)]

@@ -1,0 +1,60 @@
+"""Every claim's figures, rendered from its committed reference (references/results/cpu-intel-xeon-2c/default/):
+the figure that answers the headline marks its axis (repro.report.plots.mark_headline), and the headline's measured
+value, the interval that decided it and the paper's value lie inside that axis (issue 39: a passing check plotted off
+the axis, a paper value outside the view). Rendered into a temporary folder; the references are only read."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.figure
+import pytest
+
+from repro.report.pages import make_plots, read_results
+from repro.report.plots import ResultFiles, headline_numbers
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "references" / "results" / "cpu-intel-xeon-2c" / "default"
+CLAIMS = sorted(p.name for p in REFERENCE.iterdir() if (p / "verdict.json").exists()) if REFERENCE.is_dir() else []
+
+
+def _render(claim: str, out: Path, monkeypatch) -> tuple[list, list]:
+    """The claim's figures as (name, caption) and every Figure object saved while rendering them."""
+    saved = []
+    original = matplotlib.figure.Figure.savefig
+
+    def capture(fig, *args, **kwargs):
+        saved.append(fig)
+        return original(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", capture)
+    verdict, _, metrics = read_results(REFERENCE / claim)
+    return make_plots(claim, metrics, REFERENCE / claim, verdict, out), saved
+
+
+def _inside(value: float, lim: tuple[float, float]) -> bool:
+    lo, hi = sorted(lim)
+    return lo <= value <= hi
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_headline_values_lie_inside_the_marked_axis(claim, tmp_path, monkeypatch):
+    figures, saved = _render(claim, tmp_path, monkeypatch)
+    assert figures, f"{claim}: no figure"
+    for name, caption in figures:
+        assert (tmp_path / name).stat().st_size > 1000 and caption, name
+    nums = headline_numbers(ResultFiles.of(REFERENCE / claim))
+    assert nums and nums.get("value") is not None, f"{claim}: the reference's headline has no numbers"
+    marked = [ax for fig in saved for ax in fig.axes if hasattr(ax, "repro_headline")]
+    assert marked, f"{claim}: no figure marks the headline (repro.report.plots.mark_headline)"
+    wanted = {k: nums.get(k) for k in ("value", "lo", "hi", "paper")}
+    wanted = {k: float(v) for k, v in wanted.items() if v is not None and math.isfinite(float(v))}
+    for ax in marked:
+        axis, to_axis = ax.repro_headline
+        lim = ax.get_xlim() if axis == "x" else ax.get_ylim()
+        off = {k: to_axis(v) for k, v in wanted.items() if not _inside(to_axis(v), lim)}
+        assert not off, f"{claim}: headline numbers {off} outside the {axis} axis {lim} ({ax.get_title()!r})"
+        if "paper" not in wanted:  # no paper number in this unit: the figure says so
+            text = " ".join([ax.get_title(), ax.figure._suptitle.get_text() if ax.figure._suptitle else ""]
+                            + [t.get_text() for t in (ax.get_legend().get_texts() if ax.get_legend() else [])])
+            assert "paper" in text.lower() or "suite" in text.lower(), (claim, text)
