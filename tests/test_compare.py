@@ -225,3 +225,32 @@ def test_rule_inputs_glob_other_machines_and_own_verdicts(tree):
     # this machine's other results are not inputs (the target never reruns unselected claims); other scales neither
     assert not any(f"/{CPU}/default/rmsnorm_speed/" in p for p in inputs)
     assert not any("/tiny/" in p for p in inputs)
+
+
+def test_page_rows_by_relevance_and_at_most_eight_columns(tree, tmp_path):
+    """The page shows the headline's row and the rows with a paper value first, then the largest differences beyond
+    noise; at most 8 short columns with a legend; the CSV keeps every row (issue 39)."""
+    res = compare.discover(tree, "default")
+    table, meta = compare._build(res, "rmsnorm_speed", CPU)
+    shown = compare.key_rows(table, meta, limit=3)
+    assert list(shown["paper"].astype(bool)) == [True, True, False]  # the two rows with a paper value first
+    assert _row(shown, "peak_memory", "norm=rmsnorm")[f"{GPU} vs {CPU}"] == "2x"  # then the largest difference
+    small, _, left_out = compare.page_table(shown, res.hardware, CPU)
+    assert len(small.columns) <= 8 and not left_out and {"A", "B", "vs paper", "vs A"} <= set(small.columns)
+    assert small.iloc[0]["vs paper"] == "A 5x; B 0.5x"
+    out = tmp_path / "cmp"
+    compare.write_compare(tree, "default", out, reference=CPU)
+    page = (out / "rmsnorm_speed.md").read_text()
+    assert f"**A**: `{CPU}`" in page and max(map(len, page.splitlines())) <= 220
+
+
+def test_outcome_keys_do_not_split_a_setting_across_machines(tmp_path):
+    """A sequential test's stopping record in the sweep (ci_below, looks, stop) is not part of the setting: two
+    machines' runs of one setting are one row."""
+    root = tmp_path / "results"
+    for hw, looks in ((CPU, 2), (GPU, 4)):
+        _write(root, hw, "rmsnorm_speed", [metric("rmsnorm_speed", "step_time", 1.0 * looks, "s", kind="time",
+                                                  impl="manual", looks=looks, stop="decided", ci_below=0.1)],
+               _fp(hw, "2.13.0+cpu", None))
+    table = compare.compare_table(compare.discover(root, "default"), "rmsnorm_speed", CPU)
+    assert len(table) == 1 and table.iloc[0]["setting"] == "impl=manual" and table.iloc[0][f"{GPU} vs {CPU}"] == "2x"

@@ -38,7 +38,7 @@ from repro import config, registry
 from repro.kinds import MEMORY_UNITS, PERF_KINDS, TIME_UNITS, unit_key as _unit_key
 from repro.io import atomic_write_text, read_metrics
 from repro.report import runtime
-from repro.report.headline import is_percent, versus as _versus
+from repro.report.headline import cells as headline_cells, headline_check, is_percent, versus as _versus
 from repro.report.origin import Source, sources
 from repro.report.pages import _table
 
@@ -146,8 +146,14 @@ def _discover_root(res: Results, src: Source, scale: str) -> None:
                 raise ValueError(f"{cdir}: unreadable results ({exc})") from exc
 
 
+# sweep entries that record how a run went, not what was measured (a sequential test's stopping record, a skip's
+# reason): rows are joined across machines without them, so one setting is one row whatever each run recorded
+OUTCOME_KEYS = ("ci_below", "ci_above", "confidence", "looks", "planned_looks", "stop", "status", "reason")
+
+
 def _sweep_key(sweep) -> str:
-    return json.dumps(sweep if isinstance(sweep, dict) else {}, sort_keys=True, default=str)
+    sweep = {k: v for k, v in sweep.items() if k not in OUTCOME_KEYS} if isinstance(sweep, dict) else {}
+    return json.dumps(sweep, sort_keys=True, default=str)
 
 
 def _sweep_text(key: str) -> str:
@@ -223,6 +229,23 @@ def _with_noise(v: float | None, spread: float | None, n: float | None) -> str:
     return text
 
 
+def _headline_keys(results: Results, claim: str, frame: pd.DataFrame) -> dict[tuple[str, str], dict]:
+    """The (metric, sweep) rows that report a machine's headline (repro.report.headline): its value is the
+    headline's value (one row, or one metric); with the headline's numbers (for its paper value)."""
+    found = {}
+    for hw in results.hardware:
+        nums = (headline_check(results.verdicts.get((hw, claim)) or {}) or {}).get("numbers") or {}
+        v = _number(nums.get("value"))
+        if v is None:
+            continue
+        sel = frame[(frame["hardware"] == hw) & frame["value"].map(
+            lambda x: x is not None and not pd.isna(x) and math.isclose(x, v, rel_tol=1e-9, abs_tol=1e-12))]
+        if len(sel) and sel["metric"].nunique() == 1:
+            for key in zip(sel["metric"], sel["sweep"]):
+                found.setdefault(key, nums)
+    return found
+
+
 def compare_table(results: Results, claim: str, reference: str | None = None) -> pd.DataFrame:
     """The wide comparison table of one claim (cells are display strings; see the module docstring).
 
@@ -232,9 +255,18 @@ def compare_table(results: Results, claim: str, reference: str | None = None) ->
     machine ran is in the software table, once per machine."""
     hws = list(results.hardware)
     ref = reference if reference in hws else (hws[0] if hws else None)
+    return _build(results, claim, reference)[0]
+
+
+def _build(results: Results, claim: str, reference: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`compare_table` and, per row, what the page's choice of rows needs (:func:`key_rows`): whether it is a
+    headline row, whether it has a paper value and a comparison with it, and the largest difference beyond noise."""
+    hws = list(results.hardware)
+    ref = reference if reference in hws else (hws[0] if hws else None)
     frame = long_frame(results, claim)
+    heads = _headline_keys(results, claim, frame)
     keys = list(dict.fromkeys(zip(frame["metric"], frame["sweep"])))
-    rows = []
+    rows, meta = [], []
     for metric, sweep in keys:
         sel = frame[(frame["metric"] == metric) & (frame["sweep"] == sweep)]
         unit = sel["unit"].iloc[0]
@@ -248,6 +280,11 @@ def compare_table(results: Results, claim: str, reference: str | None = None) ->
             if isinstance(pub_unit, str) and pub_unit and _unit_key(pub_unit) != _unit_key(unit):
                 pub_text += f" {pub_unit}"
             pub_hw = _paper_hardware(claim, p["published_key"])
+        head = heads.get((metric, sweep))
+        if not pub_text and head and _number(head.get("paper")) is not None:  # the headline's paper value
+            pub_val, pub_unit = _number(head["paper"]), unit
+            pub_text = _fmt(pub_val) + (f" ({head['paper_text']})" if head.get("paper_text") else "")
+            pub_hw = "headline"
         row = {"metric": metric, "setting": _sweep_text(sweep), "unit": unit, "paper": pub_text,
                "paper hardware": pub_hw or ("" if not pub_text else "not stated")}
         values: dict[str, tuple] = {}
@@ -271,6 +308,7 @@ def compare_table(results: Results, claim: str, reference: str | None = None) ->
             values[hw] = (v, sp)
             row[hw] = _with_noise(v, sp, n)
         percent = is_percent(unit)
+        scores = []
         for hw in hws:
             v, sp = values.get(hw, (None, None))
             cell = ""
@@ -279,31 +317,55 @@ def compare_table(results: Results, claim: str, reference: str | None = None) ->
                 if in_pub_unit is not None and (percent or pub_val != 0):
                     sp_pub = None if sp is None else convert(sp, unit, pub_unit)
                     cell = _versus(in_pub_unit, sp_pub, pub_val, None, percent)
+                    scores.append(_difference(in_pub_unit, sp_pub, pub_val, None, percent))
             row[f"{hw} vs paper"] = cell
         for hw in hws:
             if hw == ref:
                 continue
             (a, sa), (b, sb) = values.get(hw, (None, None)), values.get(ref, (None, None))
             row[f"{hw} vs {ref}"] = _versus(a, sa, b, sb, percent)
+            scores.append(_difference(a, sa, b, sb, percent))
         rows.append(row)
+        meta.append({"headline": head is not None, "paper": bool(pub_text),
+                     "versus_paper": any(row[f"{hw} vs paper"] for hw in hws),
+                     "measured": bool(values), "difference": max(scores, default=0.0)})
     columns = (["metric", "setting", "unit", "paper", "paper hardware", *hws, *[f"{hw} vs paper" for hw in hws],
                 *[f"{hw} vs {ref}" for hw in hws if hw != ref]])
     table = pd.DataFrame(rows, columns=columns)
     # Drop comparison-with-paper columns that are empty in every row (claims without comparable published numbers).
     empty = [c for c in table.columns if c.endswith(" vs paper") and not table[c].astype(bool).any()]
-    return table.drop(columns=empty)
+    return table.drop(columns=empty), pd.DataFrame(meta, index=table.index,
+                                                   columns=["headline", "paper", "versus_paper", "measured",
+                                                            "difference"])
 
 
-MAX_ROWS = 40  # rows a compare page shows (a screenful); every row is in the CSV beside it
+def _difference(a, sa, b, sb, percent: bool) -> float:
+    """How far a is from b beyond the two spreads (0 within noise): |log ratio|, or points / 100 for percentages,
+    so rows of different units rank together."""
+    if a is None or b is None:
+        return 0.0
+    noise = (sa or 0.0) + (sb or 0.0)
+    if noise > 0 and abs(a - b) <= noise:
+        return 0.0
+    if percent:
+        return abs(a - b) / 100.0
+    return abs(math.log(a / b)) if a > 0 and b > 0 else 0.0
 
 
-def key_rows(table: pd.DataFrame, limit: int = MAX_ROWS) -> pd.DataFrame:
-    """The rows a compare page shows: those with a paper value first, then the rest in order, at most ``limit``."""
-    if len(table) <= limit:
-        return table
-    with_paper = table[table["paper"].astype(bool)]
-    rest = table[~table["paper"].astype(bool)]
-    return pd.concat([with_paper, rest]).head(limit)
+MAX_ROWS = 25  # rows a compare page shows (a screenful); every row is in the CSV beside it
+
+
+def key_rows(table: pd.DataFrame, meta: pd.DataFrame | None = None, limit: int = MAX_ROWS) -> pd.DataFrame:
+    """The rows a compare page shows, by relevance: the headline's row(s), the rows compared with a paper value,
+    the other rows with a paper value, then the largest differences beyond noise (between machines or with the
+    paper); rows no machine measured last. At most ``limit``; without ``meta``, paper rows first."""
+    if meta is None:
+        meta = pd.DataFrame({"headline": False, "paper": table["paper"].astype(bool), "versus_paper": False,
+                             "measured": True, "difference": 0.0}, index=table.index)
+    order = sorted(table.index, key=lambda i: (not meta.at[i, "headline"], not meta.at[i, "versus_paper"],
+                                               not meta.at[i, "paper"], not meta.at[i, "measured"],
+                                               -meta.at[i, "difference"]))
+    return table.loc[order[:limit]]
 
 
 def software_table(results: Results, claim: str, reference: str | None = None) -> pd.DataFrame:
@@ -327,6 +389,56 @@ def software_table(results: Results, claim: str, reference: str | None = None) -
                      "verdict": verdict,
                      f"differs from {ref}": "" if hw == ref or ref_sw is None else ", ".join(software_diff(sw, ref_sw))})
     return pd.DataFrame(rows)
+
+
+MAX_MACHINE_COLUMNS = 3  # a page table: metric, setting, paper, the machines, vs paper, vs the reference (<= 8)
+
+
+def letters(hws: list[str]) -> dict[str, str]:
+    """Short column names for machines (A, B, ...), explained in a legend under the table."""
+    return {hw: chr(ord("A") + i) if i < 26 else f"M{i + 1}" for i, hw in enumerate(hws)}
+
+
+def _joined(row, cols: dict[str, str]) -> str:
+    """One cell for several machines' comparisons: 'A ~-1.42 pp; B -18.5 pp' (empty ones left out)."""
+    return "; ".join(f"{short} {row[col]}" for col, short in cols.items() if col in row.index and row[col])
+
+
+def page_table(shown: pd.DataFrame, hws: list[str], ref: str | None,
+               heads: pd.Series | None = None) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The markdown table of a compare page from :func:`compare_table`'s rows: at most 8 columns (metric with its
+    unit, the setting's varying part, paper, up to three machines by letter, vs paper, vs the reference), the
+    setting parts common to every row (stated once above the table) and the machines left to the CSV."""
+    short = letters(hws)
+    machines = hws if len(hws) <= MAX_MACHINE_COLUMNS else (
+        [ref] + [h for h in hws if h != ref][:MAX_MACHINE_COLUMNS - 1])
+    left_out = [h for h in hws if h not in machines]
+    parts = [str(x).split(", ") if x else [] for x in shown["setting"]]
+    # a variable with one value wherever it appears says nothing about the rows: stated once above the table
+    values: dict[str, set] = {}
+    for item in (x for q in parts for x in q):
+        values.setdefault(item.split("=", 1)[0], set()).add(item)
+    common = [next(iter(v)) for v in values.values() if len(v) == 1] if len(parts) > 1 else []
+    rows = []
+    for (i, r), part in zip(shown.iterrows(), parts):
+        unit = "%" if is_percent(r["unit"]) else r["unit"]
+        name = f"{r['metric']} ({unit})" if unit else r["metric"]
+        if heads is not None and heads.get(i):
+            name = f"**{name}** (headline)"
+        row = {"metric": name, "setting": ", ".join(x for x in part if x not in common) or "-",
+               "paper": r["paper"]}
+        row.update({short[h]: r[h] for h in machines})
+        row["vs paper"] = _joined(r, {f"{h} vs paper": short[h] for h in machines})
+        row[f"vs {short.get(ref, ref)}"] = _joined(r, {f"{h} vs {ref}": short[h] for h in machines if h != ref})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    empty = [c for c in table.columns if c.startswith("vs ") and not table[c].astype(bool).any()]
+    return table.drop(columns=empty), common, left_out
+
+
+def _wrap(text: str, width: int = 118) -> list[str]:
+    """Prose as markdown lines of at most ``width`` characters (one paragraph)."""
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
 
 
 def _varying_keys(sweeps) -> list[str]:
@@ -459,13 +571,83 @@ def plot_claim(results: Results, claim: str, path: Path, keep: set | None = None
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(order), 4), fontsize=10, frameon=False)
     fig.suptitle(f"{claim} ({results.scale} scale): measured on each machine beside the paper", fontsize=12)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")  # the title and the legend whole, however wide
     plt.close(fig)
     return path
 
 
+def _headline_lines(results: Results, claim: str) -> list[str]:
+    """Each machine's headline (the claim page's: measured [interval], paper, vs paper, verdict), one table."""
+    rows, name = [], None
+    for hw, short in letters(results.hardware).items():
+        verdict = results.verdicts.get((hw, claim))
+        if verdict is None:
+            continue
+        c = headline_cells(verdict)
+        name = name or c["name"]
+        value = c["value"] if not c["unit"] or c["unit"] in c["value"] else f"{c['value']} {c['unit']}"
+        rows.append({"machine": short, "measured": value, "paper": c["paper"],
+                     "vs paper": c["compare"], "verdict": verdict.get("verdict", "")})
+    if not rows or name in (None, "-"):
+        return []
+    return ["## Headline", "", *_wrap(f"{name} (each machine's verdict.json; the claim page explains it)."), "",
+            _md(pd.DataFrame(rows)), ""]
+
+
+def _page_lines(claim: str, table: pd.DataFrame, shown: pd.DataFrame, meta: pd.DataFrame, hws: list[str],
+                ref: str | None) -> list[str]:
+    """The comparison section of a compare page: which rows are shown and why, the table, its legend."""
+    short = letters(hws)
+    small, common, left_out = page_table(shown, hws, ref, meta["headline"])
+    n_paper = int(meta["paper"].sum())
+    lines = ["## Timing and memory", "",
+             *_wrap((f"Showing {len(shown)} of {len(table)} rows, by relevance: the headline's row, the rows with a "
+                     f"paper value ({n_paper} in all), then the largest differences beyond noise. Every row: "
+                     f"[`{claim}.csv`]({claim}.csv)." if len(shown) < len(table) else
+                     f"Every row, also as [`{claim}.csv`]({claim}.csv).")
+                    + (f" Settings with one value in every row shown that has them: {', '.join(common)}." if common
+                       else "")), "",
+             _md(small), ""]
+    hw_of_paper = sorted({h for h in table["paper hardware"] if h and h != "headline"})
+    legend = ("; ".join(f"**{short[h]}**: `{h}`" for h in hws if h not in left_out)
+              + f". Values are `value +- spread (n)`. **paper**: the published number (its unit given where it "
+              "differs; repro/registry/published.yaml)"
+              + (f", measured on {', '.join(hw_of_paper)}" if hw_of_paper else "")
+              + "; on the headline's row, the headline's paper value. **vs paper** and "
+              f"**vs {short.get(ref, ref)}**: a ratio of like quantities, a difference in points (pp) for "
+              "percentages; `~` marks a difference within the spreads (noise). "
+              f"`{MISSING}`: no results for this claim; `{NOT_MEASURED}`: not this row; `{NOT_AVAILABLE}`: no value "
+              "(e.g. skipped on that device).")
+    if left_out:
+        legend += " Only in the CSV: " + ", ".join(f"`{h}`" for h in left_out) + "."
+    return lines + _wrap(legend) + [""]
+
+
+def _software_short(sw: pd.DataFrame, ref: str | None) -> pd.DataFrame:
+    """The software table in at most 7 columns: machine (letter and id), software in one cell, commit, date,
+    verdict, what differs from the reference machine."""
+    short = letters(list(sw["hardware"]))
+    diff = next((c for c in sw.columns if c.startswith("differs from")), None)
+    return pd.DataFrame({
+        "machine": [f"{short[h]} `{h}`" for h in sw["hardware"]],
+        "software": [", ".join(f"{k} {r[k]}" for k in SOFTWARE_FIELDS if r[k] and r[k] != "none")
+                     for _, r in sw.iterrows()],
+        "commit": sw["commit"], "measured": sw["measured"].astype(str).str[:10], "verdict": sw["verdict"],
+        f"differs from {short.get(ref, ref)}": sw[diff] if diff else ""})
+
+
 def _md(frame: pd.DataFrame) -> str:
-    return _table(frame.astype(str).replace({"None": "", "nan": ""}))
+    """A markdown table without padding (a cell as wide as its text, so a line stays short); '|' in cells
+    escaped."""
+    frame = frame.astype(str).replace({"None": "", "nan": ""})
+    if not len(frame.columns):
+        return _table(frame)
+
+    def line(cells) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    return "\n".join([line(frame.columns), "|" + "|".join(":---" for _ in frame.columns) + "|",
+                      *(line(r) for r in frame.itertuples(index=False))])
 
 
 def perf_claims(results: Results) -> list[str]:
@@ -489,25 +671,18 @@ def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, ref
     written, index_rows = [], []
     for claim in selected:
         info = registry.claim(claim) if claim in registry.claim_ids() else {"code": "", "title": claim}
-        table = compare_table(results, claim, ref)
-        shown = key_rows(table)
+        table, meta = _build(results, claim, ref)
+        shown = key_rows(table, meta)
         atomic_write_text(out / f"{claim}.csv", table.to_csv(index=False))
         sw = software_table(results, claim, ref)
         png = plot_claim(results, claim, out / f"{claim}.png", keep=set(zip(shown["metric"], shown["setting"])))
         lines = [f"# {info['code']} {claim}: timing and memory across hardware ({scale} scale)", "",
-                 f"{info['title']}. Rows are joined by (metric, setting); values are `value +- spread (n)`. `paper` "
-                 "is the published number (its unit given when it differs) and `paper hardware` the machine it was "
-                 f"measured on (repro/registry/published.yaml). `<hw> vs paper` and `<hw> vs {ref}`: a ratio of "
-                 "like quantities, a difference in points (pp) for percentages; `~` marks a difference within the "
-                 f"spreads (noise). `{MISSING}`: no results for this claim; `{NOT_MEASURED}`: not this row; "
-                 f"`{NOT_AVAILABLE}`: no value (e.g. skipped on that device).", "",
-                 (f"Showing {len(shown)} of {len(table)} rows (those with a paper value first); every row: "
-                  f"[`{claim}.csv`]({claim}.csv)." if len(shown) < len(table) else
-                  f"Every row, also as [`{claim}.csv`]({claim}.csv)."), "",
-                 _md(shown), "", "## Software behind each machine's numbers", "", _md(sw), ""]
+                 *_wrap(f"{info['title']}."), ""]
+        lines += _headline_lines(results, claim) + _page_lines(claim, table, shown, meta, results.hardware, ref)
+        lines += ["## Software behind each machine's numbers", "", _md(_software_short(sw, ref)), ""]
         if png is not None:
             lines += [f"![{claim} across hardware]({png.name})", "",
-                      f"*{claim}: each machine's value per setting beside the paper's (same unit only).*", ""]
+                      f"*{claim}: each machine's value per setting beside the paper's (black; same unit only).*", ""]
         page = out / f"{claim}.md"
         atomic_write_text(page, "\n".join(lines))
         written += [page, out / f"{claim}.csv"] + ([png] if png is not None else [])
