@@ -592,3 +592,86 @@ def test_shared_bootstrap_equals_paired_bootstrap():
     shared = hp._SharedBootstrap()
     for x, y, n in ((a, b, 300), (a, c, 300), (b, c, 300), (a, b, 300), (a, b, 200)):
         assert shared(x, y, n, 0, 0.01) == paired_bootstrap(x, y, n, 0, 0.01)
+
+
+_TIMED = ("time", "rate", "ratio_time")  # timings (stage seconds, examples/s, speed-ups): never the same twice
+
+
+def _measured(rows: list[dict]) -> list[tuple]:
+    """Every row but the timings and the decode count: (metric, sweep without seconds, value), in order."""
+    return [(r["metric"], {k: v for k, v in r["sweep"].items() if k != "seconds"}, r["value"]) for r in rows
+            if r["kind"] not in _TIMED and r["metric"] != "decode_calls"]
+
+
+def _same_rows(a: list[dict], b: list[dict]) -> None:
+    ma, mb = _measured(a), _measured(b)
+    assert [(m, s) for m, s, _ in ma] == [(m, s) for m, s, _ in mb]  # the same rows in the same order
+    for (m, s, x), (_, _, y) in zip(ma, mb):
+        assert x == y or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), (m, s, x, y)
+    timed = lambda rows: [(r["metric"], r["sweep"].get("stage"), r["sweep"].get("batch")) for r in rows
+                          if r["kind"] in _TIMED and r["sweep"].get("stage") != "part_setup"]
+    assert timed(a) == timed(b)  # the same timings too (a run that kept part jobs' groups adds their set-up's)
+
+
+def _decodes(rows: list[dict]) -> dict:
+    return next(r for r in rows if r["metric"] == "decode_calls")
+
+
+def test_parts_give_the_rows_of_one_run(tiny_model, tmp_path):
+    """The stage groups measured by part jobs (run_part) and then kept by run() give the rows of one run() alone, in
+    the same order, with the same files; the decodes are summed (each part decodes the unpruned model once more);
+    an interrupted run keeps the groups it recorded."""
+    params = section("head_pruning", "tiny")
+    params["model_dir"] = str(tiny_model)
+    one, _ = hp.run(params, "tiny", tmp_path / "one")
+    split = tmp_path / "split"
+    assert hp.split_groups(2) == [["ablation", "pruning"], ["l0", "random_orders"]]
+    for i in range(2):
+        hp.run_part(params, "tiny", split, i, 2)
+    assert sorted(f.name for f in (split / "parts").glob("*.rows.json")) == sorted(f"{g}.rows.json"
+                                                                                  for g in hp.GROUPS)
+    for name in ("ablation.json", "pruning_order.json"):
+        (split / name).unlink()  # rewritten by run() from the parts' records
+    two, _ = hp.run(params, "tiny", split)
+    _same_rows(one, two)
+    for name in ("ablation.json", "pruning_order.json"):
+        assert (split / name).read_text() == (tmp_path / "one" / name).read_text()
+    assert _decodes(two)["sweep"]["groups_kept"] == len(hp.GROUPS) and _decodes(one)["sweep"]["groups_kept"] == 0
+    assert _decodes(two)["value"] == _decodes(one)["value"] + 2  # the two parts' own unpruned decodes
+    jobs = {r["sweep"]["stage"]: r["sweep"]["job"] for r in two if r["metric"] == "stage_seconds"}
+    assert jobs == {"baseline": "claim", "ablation": "part 0-of-2", "one_head": "part 0-of-2",
+                    "pruning": "part 0-of-2", "throughput": "part 0-of-2", "l0": "part 1-of-2",
+                    "random_orders": "part 1-of-2", "part_setup": "parts"}
+    # a run interrupted after three groups (their records written) measures only the fourth again
+    (tmp_path / "one" / "parts" / "l0.rows.json").unlink()
+    again, _ = hp.run(params, "tiny", tmp_path / "one")
+    _same_rows(one, again)
+    assert _decodes(again)["sweep"]["groups_kept"] == len(hp.GROUPS) - 1
+
+
+def test_parts_are_not_kept_for_other_parameters_or_code(tiny_model, tmp_path, monkeypatch):
+    """A group recorded with other parameters, another model checkpoint or other measuring code is measured again
+    (run() keeps groups by the same test: test_parts_give_the_rows_of_one_run)."""
+    params = section("head_pruning", "tiny")
+    params["model_dir"] = str(tiny_model)
+    mine = ["l0", "random_orders"]  # part 1 of 2: the cheap groups at tiny scale
+    assert hp.run_part(params, "tiny", tmp_path, 1, 2)["measured"] == mine
+    assert hp.run_part(params, "tiny", tmp_path, 1, 2)["measured"] == []  # a rerun of the part keeps its groups
+    changed = {**params, "bootstrap_seed": 1}
+    assert hp.run_part(changed, "tiny", tmp_path, 1, 2)["measured"] == mine
+    monkeypatch.setattr(hp, "file_sha256", lambda path: "another checkpoint")
+    assert hp.run_part(changed, "tiny", tmp_path, 1, 2)["measured"] == mine
+    monkeypatch.setattr(hp.provenance, "code_files", lambda claim: {"repro/claims/head_pruning.py": "changed"})
+    assert hp.run_part(changed, "tiny", tmp_path, 1, 2)["measured"] == mine
+    assert hp.run_part(changed, "tiny", tmp_path, 1, 2)["measured"] == []
+
+
+def test_parts_split_and_mnli_parts_do_nothing(tmp_path):
+    """Every group in exactly one part, whatever the count; with hf_model (the MNLI experiment) a part is a no-op
+    (the claim job measures it all)."""
+    for n in range(1, 7):
+        parts = hp.split_groups(n)
+        assert len(parts) == n and sorted(g for p in parts for g in p) == sorted(hp.GROUPS)
+    assert sorted(g for gs in hp.GROUPS.values() for g in gs) == sorted(hp.STAGES[1:])
+    assert hp.run_part({"hf_model": str(tmp_path / "bert")}, "tiny", tmp_path, 0, 2) == {"groups": []}
+    assert not (tmp_path / "parts").exists()

@@ -172,6 +172,12 @@ def test_tiny_end_to_end(tmp_path):
     runs = json.loads((res / "warmup_stability/runs.json").read_text())["runs"]
     assert sorted(done[0] + done[1]) == sorted(r["name"] for r in runs) and done[0] and done[1]
     assert "0 to train" in (tmp_path / "logs/test-hw/tiny/warmup_stability.log").read_text()
+    # head_pruning's stage groups measured by its two part jobs and kept by the claim job (the rows of one job)
+    assert {"head_pruning.part0-of-2", "head_pruning.part1-of-2"} <= names
+    measured = [json.loads((res / "head_pruning/parts" / f"{i}-of-2.done").read_text())["measured"] for i in range(2)]
+    assert sorted(measured[0] + measured[1]) == ["ablation", "l0", "pruning", "random_orders"]
+    decodes = pd.read_csv(res / "head_pruning/metrics.csv").query("metric == 'decode_calls'")["sweep"]
+    assert json.loads(decodes.iloc[0])["groups_kept"] == 4
     assert "## Time per rule" in index and "| translation_train |" in index
     assert "Run time per machine" in (tmp_path / "reports/compare/tiny/index.md").read_text()
     for claim in ("param_accounting", "block_numerics"):

@@ -25,6 +25,7 @@ and their thresholds (the ``judge:`` section of config/claims/head_pruning.yaml)
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import random
@@ -34,12 +35,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro import artefacts
+from repro import artefacts, provenance
 from repro.bench.timing import time_interleaved
 from repro.data.batching import EncodedCorpus, collate, encode_corpus, token_batches
 from repro.errors import ConfigError
-from repro.io import metric
-from repro.train.bleu import bleu_from_stats, bleu_report, bootstrap_indices, corpus_bleu, sentence_stats
+from repro.io import atomic_write_json, file_sha256, metric
+from repro.train.bleu import (bleu_from_stats, bleu_report, bootstrap_counts, corpus_bleu, paired_bootstrap,
+                              sentence_stats)
 from repro.train.decode import DecodeConfig, decode_ids
 from repro.train.loop import model_loss
 from repro.train.pipeline import load_data
@@ -63,7 +65,7 @@ class Setup:
         self.device = params["device"]
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ClaimParamError("head_pruning.device: cuda requested but no GPU is available")
-        ckpt = resolve_model(params, out)
+        self.ckpt = ckpt = resolve_model(params, out)
         self.trained = t = artefacts.load_trained_model(ckpt, device=self.device)
         self.model, self.tok, self.bos_id = t.model, t.tokenizer, t.bos_id
         self.model.eval()
@@ -166,7 +168,8 @@ class _SharedBootstrap:
     resample counts (a pure function of the sentences, samples and seed) and the resampled BLEU of the reference
     system (the unpruned model in all but the L0 control comparisons). The same numbers as paired_bootstrap
     (tests/test_claim_head_pruning.py), at a fraction of the cost: the default's 20,000 resamples (a bootstrap
-    p-value fine enough for Holm's correction over the single-head tests) cost ~0.15 s per comparison, not ~1 s."""
+    p-value fine enough for Holm's correction over the single-head tests) cost ~0.15 s per comparison, not ~1 s.
+    A cache only: a part job's own instance gives the same numbers as the claim job's."""
 
     def __init__(self):
         self._counts: tuple | None = None
@@ -174,10 +177,7 @@ class _SharedBootstrap:
 
     def counts(self, n: int, samples: int, seed: int) -> np.ndarray:
         if self._counts is None or self._counts[0] != (n, samples, seed):
-            idx = bootstrap_indices(n, samples, seed)
-            counts = np.zeros((samples, n), dtype=np.int64)
-            np.add.at(counts, (np.repeat(np.arange(samples), n), idx.reshape(-1)), 1)
-            self._counts, self._ref = ((n, samples, seed), counts), None
+            self._counts, self._ref = ((n, samples, seed), bootstrap_counts(n, samples, seed)), None
         return self._counts[1]
 
     def resampled_ref(self, stats_a: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -187,20 +187,10 @@ class _SharedBootstrap:
         return self._ref[1]
 
     def __call__(self, stats_a: np.ndarray, stats_b: np.ndarray, samples: int, seed: int, alpha: float) -> dict:
-        stats_a, stats_b = np.asarray(stats_a), np.asarray(stats_b)
-        if stats_a.shape != stats_b.shape:
-            raise ValueError(f"paired_bootstrap: systems scored on different sets ({stats_a.shape} vs "
-                             f"{stats_b.shape})")
+        stats_a = np.asarray(stats_a)
         counts = self.counts(stats_a.shape[0], samples, seed)
-        ba, bb = self.resampled_ref(stats_a, counts), bleu_from_stats(counts @ stats_b)
-        delta = bb - ba
-        obs_a, obs_b = bleu_from_stats(stats_a.sum(0)), bleu_from_stats(stats_b.sum(0))
-        q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
-        p = min(1.0, 2 * min(float(np.mean(delta <= 0)), float(np.mean(delta >= 0))))
-        return {"bleu_a": obs_a, "bleu_b": obs_b, "delta": obs_b - obs_a, "p_value": p,
-                "delta_ci": [float(x) for x in np.percentile(delta, q)],
-                "ci_a": [float(x) for x in np.percentile(ba, q)], "ci_b": [float(x) for x in np.percentile(bb, q)],
-                "samples": samples, "seed": seed, "alpha": alpha}
+        return paired_bootstrap(stats_a, stats_b, samples, seed, alpha, counts=counts,
+                                resampled_a=self.resampled_ref(stats_a, counts))
 
 
 _BOOTSTRAP = _SharedBootstrap()
@@ -272,7 +262,8 @@ def one_head_per_layer(S: Setup, params: dict, base: np.ndarray, ablation: dict,
 
 def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out: Path) -> dict:
     """Michel Fig. 3: prune ``step_fraction`` of the heads per step, lowest importance first (importance
-    recomputed on the partly pruned model after each step when ``recompute_importance``), against random orders.
+    recomputed on the partly pruned model after each step when ``recompute_importance``); the random orders they
+    are compared with are :func:`random_orders` (independent of these: a stage of its own).
 
     Orders (``pruning.orders``): "importance" is Michel's score, l2-normalised within each layer; "importance_raw"
     ranks the unnormalised scores across layers (a diagnostic: with few heads per layer the per-layer
@@ -285,8 +276,6 @@ def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out:
     orders: dict[str, list] = {}
     for name in p["orders"]:
         curves[name], orders[name] = _importance_curve(S, params, base, rows, name, levels, imp_batches)
-    for seed in p["random_seeds"]:
-        curves[f"random_{seed}"] = _random_curve(S, params, base, seed, levels)
     set_pruned(S.model)
     base_bleu = bleu(base)
     for name, curve in curves.items():
@@ -295,6 +284,17 @@ def iterative_pruning(S: Setup, params: dict, base: np.ndarray, rows: list, out:
                                                        indent=1) + "\n")
     main = orders.get("importance") or next(iter(orders.values()), [])
     return {"order": main, "curves": curves}
+
+
+def random_orders(S: Setup, params: dict, base: np.ndarray, rows: list) -> None:
+    """Michel Fig. 3's control: the curves of the seeded random orders (``pruning.random_seeds``), at the levels
+    of the importance orders."""
+    p = params["pruning"]
+    levels = pruning_levels(len(S.heads), p["step_fraction"], p["max_fraction"])
+    curves = {f"random_{seed}": _random_curve(S, params, base, seed, levels) for seed in p["random_seeds"]}
+    set_pruned(S.model)
+    for name, curve in curves.items():
+        rows += _curve_rows(name, curve, bleu(base), len(S.heads), params)
 
 
 def _importance_curve(S: Setup, params: dict, base: np.ndarray, rows: list, name: str, levels: list[int],
@@ -506,10 +506,133 @@ def throughput(S: Setup, params: dict, order: list[Head], rows: list) -> None:
         rows += speed_rows(bs, samples, p["prune_fraction"], n_prune)
 
 
+# ------------------------------------------------------------------------------------------------ parts
+# The measurement's stages after the baseline, in four groups that share nothing but the trained model and the
+# unpruned model's decodes of the evaluation subset (each process decodes them itself: decoding is deterministic,
+# and the claim job checks that a part's were the same): the single-head ablation with the one-head-per-layer table
+# built on it (Michel Tables 1-3); the importance orders' pruning curves with the timing of the model they prune
+# (Fig. 3, Table 4); the random orders' curves (Fig. 3's control); the L0 fine-tunes (Voita). None reads another's
+# results or changes the model for the next (every stage restores all gates; the fine-tunes train a copy), every
+# random draw is seeded locally (random.Random(seed), torch.manual_seed before each fine-tune), and the bootstrap's
+# cache is a pure function of its inputs; so the groups can run in any order, in any process (the workflow's part
+# jobs, workflow.parts), with the same rows. Each group's rows, stage seconds, decodes and files are recorded in
+# parts/<group>.rows.json under a key of the parameters, the trained model's checkpoint and the measuring code:
+# ``run`` keeps a group recorded with its key (by a part job, or by an interrupted earlier run), measures the rest.
+GROUPS: dict[str, tuple[str, ...]] = {"ablation": ("ablation", "one_head"), "l0": ("l0",),
+                                      "random_orders": ("random_orders",), "pruning": ("pruning", "throughput")}
+# CPU-seconds of each group on the cpu-intel-xeon-2c default reference (its stage_seconds rows; the one pruning
+# stage's 152 s shared by its decodes: 45 of the random orders, 18 and the importance passes of the importance
+# orders), longest first: what split_groups balances the parts by
+GROUP_SECONDS = {"ablation": 168.0, "l0": 121.0, "random_orders": 100.0, "pruning": 66.0}
+ARTEFACT_FILES = {"ablation": ("ablation.json",), "pruning": ("pruning_order.json",)}  # files beside the rows
+STAGES = ("baseline", "ablation", "one_head", "pruning", "random_orders", "l0", "throughput")  # the rows' order
+
+
+def split_groups(count: int) -> list[list[str]]:
+    """The groups in ``count`` parts of about equal cost (longest first, each to the part with the least so far;
+    parts beyond the number of groups get none). Two parts on two cores: ablation + importance orders (~234 s)
+    beside L0 + random orders (~221 s); four parts, one group each, in that order."""
+    parts: list[list[str]] = [[] for _ in range(count)]
+    load = [0.0] * count
+    for g in sorted(GROUPS, key=lambda g: -GROUP_SECONDS[g]):
+        k = min(range(count), key=lambda i: (load[i], i))
+        parts[k].append(g)
+        load[k] += GROUP_SECONDS[g]
+    return parts
+
+
+def _resume_key(params: dict, S: Setup) -> str:
+    """What a group's record is kept by: the parameters (not the model's path), the sha256 of the trained model's
+    checkpoint and the claim's measurement code (repro.provenance); any change measures every group again."""
+    return json.dumps({"params": {k: v for k, v in params.items() if k not in ("model_dir", "judge")},
+                       "checkpoint": file_sha256(artefacts.checkpoint_file(S.ckpt)),
+                       "code": provenance.code_files(CLAIM)}, sort_keys=True, default=str)
+
+
+def _digest(stats: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(stats, dtype=np.float64).tobytes()).hexdigest()
+
+
+def _record_file(out: Path, group: str) -> Path:
+    return out / "parts" / f"{group}.rows.json"
+
+
+def _kept(out: Path, group: str, key: str) -> dict | None:
+    """The record of ``group`` measured with this key, or None."""
+    f = _record_file(out, group)
+    if not f.exists():
+        return None
+    rec = json.loads(f.read_text())
+    return rec if rec.get("key") == key and rec.get("group") == group else None
+
+
+def _measure_group(S: Setup, params: dict, base: np.ndarray, group: str, out: Path, job: str,
+                   since: tuple[float, int, float], key: str) -> dict:
+    """Measure ``group``'s stages and record them in parts/<group>.rows.json (written as it ends, so an interrupted
+    run keeps it): rows and seconds per stage, the decodes made and their seconds, the files written, and the
+    overhead before the group (``since``: the time, decodes and decode seconds it is counted from; a part job
+    counts its setup and its decode of the unpruned model there)."""
+    t_start = time.time()
+    rows: dict[str, list] = {}
+    seconds: dict[str, float] = {}
+    state: dict = {}
+    for stage in GROUPS[group]:
+        t0 = time.time()
+        rows[stage] = []
+        if stage == "ablation":
+            state["ablation"] = single_head_ablation(S, params, base, rows[stage], out)
+        elif stage == "one_head":
+            one_head_per_layer(S, params, base, state["ablation"], rows[stage])
+        elif stage == "pruning":
+            state["pruning"] = iterative_pruning(S, params, base, rows[stage], out)
+        elif stage == "random_orders":
+            random_orders(S, params, base, rows[stage])
+        elif stage == "l0":
+            l0_gates(S, params, base, rows[stage])
+        elif stage == "throughput":
+            throughput(S, params, state["pruning"]["order"], rows[stage])
+        seconds[stage] = time.time() - t0
+    files = {name: (out / name).read_text() for name in ARTEFACT_FILES.get(group, ())}
+    rec = {"group": group, "key": key, "base": _digest(base), "job": job, "rows": rows, "seconds": seconds,
+           "setup_seconds": t_start - since[0], "decode_calls": S.evaluator.calls - since[1],
+           "decode_seconds": S.evaluator.seconds - since[2], "files": files}
+    _record_file(out, group).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(_record_file(out, group), rec)
+    log.info("%s (%s): %s s; %d decodes", group, job, {k: round(v, 1) for k, v in seconds.items()},
+             rec["decode_calls"])
+    return rec
+
+
+def run_part(params: dict, scale: str, out, index: int, count: int) -> dict:
+    """Part ``index`` of ``count`` (the workflow's claim_part jobs, config workflow.parts): measure the groups
+    :func:`split_groups` gives this part that are not recorded yet with this key. With ``hf_model`` (the MNLI
+    experiment) a part does nothing: the claim job measures it all."""
+    out = Path(out)
+    mine = split_groups(count)[index]
+    if params.get("hf_model") or not mine:
+        return {"groups": []}
+    t0 = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    S = Setup(params, out)
+    key = _resume_key(params, S)
+    todo = [g for g in mine if _kept(out, g, key) is None]
+    log.info("head_pruning part %d-of-%d: groups %s; %d kept from earlier results", index, count, mine,
+             len(mine) - len(todo))
+    if todo:
+        base = S.evaluator.stats()  # the unpruned model's decodes every comparison is against (as the claim job's)
+        since = (t0, 0, 0.0)
+        for g in todo:
+            _measure_group(S, params, base, g, out, f"part {index}-of-{count}", since, key)
+            since = (time.time(), S.evaluator.calls, S.evaluator.seconds)
+    return {"groups": mine, "measured": todo}
+
+
 # ------------------------------------------------------------------------------------------------ run
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Ablate, score, prune and time the attention heads of the trained translation model (or, with ``hf_model``,
-    of an imported BERT MNLI classifier: repro.claims._heads_mnli)."""
+    of an imported BERT MNLI classifier: repro.claims._heads_mnli). Groups of stages already measured with the same
+    parameters, model and code (by the part jobs, ``run_part``, or an interrupted earlier run) are kept; the rows
+    are the same either way, in the same order."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if params.get("hf_model"):
@@ -519,24 +642,39 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     S = Setup(params, out)
     log.info("model %s; %d heads (%s); %d test sentences in the evaluation subset; decoding %s", S.model.cfg.block,
              len(S.heads), ", ".join(S.kinds), len(S.refs), S.dcfg)
-    rows: list[dict] = []
-    base = baseline(S, params, rows)
-    timing = {"baseline": time.time() - t0}
-    abl = single_head_ablation(S, params, base, rows, out)
-    timing["ablation"] = time.time() - t0 - sum(timing.values())
-    one_head_per_layer(S, params, base, abl, rows)
-    timing["one_head"] = time.time() - t0 - sum(timing.values())
-    pr = iterative_pruning(S, params, base, rows, out)
-    timing["pruning"] = time.time() - t0 - sum(timing.values())
-    l0_gates(S, params, base, rows)
-    timing["l0"] = time.time() - t0 - sum(timing.values())
-    throughput(S, params, pr["order"], rows)
-    timing["throughput"] = time.time() - t0 - sum(timing.values())
-    for k, s in timing.items():
-        rows.append(metric(CLAIM, "stage_seconds", s, "s", stage=k))
-    rows.append(metric(CLAIM, "decode_calls", S.evaluator.calls, "decodes", seconds=S.evaluator.seconds))
-    log.info("stage seconds: %s; %d decodes in %.0f s", {k: round(s, 1) for k, s in timing.items()},
-             S.evaluator.calls, S.evaluator.seconds)
+    key = _resume_key(params, S)
+    base_rows: list[dict] = []
+    base = baseline(S, params, base_rows)
+    timing = {"baseline": (time.time() - t0, "claim")}
+    records, kept = {}, []
+    for g in GROUPS:
+        rec = _kept(out, g, key)
+        if rec is not None and rec["base"] != _digest(base):
+            log.warning("%s: parts/%s.rows.json decoded the unpruned model differently; measuring it again", g, g)
+            rec = None
+        if rec is None:
+            rec = _measure_group(S, params, base, g, out, "claim", (time.time(), S.evaluator.calls,
+                                                                   S.evaluator.seconds), key)
+        else:
+            log.info("%s: kept from parts/%s.rows.json (%s)", g, g, rec["job"])
+            kept.append(rec)
+            for name, text in rec["files"].items():
+                (out / name).write_text(text)
+        records[g] = rec
+    by_stage = {stage: rec for rec in records.values() for stage in rec["rows"]}
+    rows = base_rows + [r for stage in STAGES[1:] for r in by_stage[stage]["rows"][stage]]
+    timing.update({s: (by_stage[s]["seconds"][s], by_stage[s]["job"]) for s in STAGES[1:]})
+    for k, (s, job) in timing.items():
+        rows.append(metric(CLAIM, "stage_seconds", s, "s", stage=k, job=job))
+    setup = sum(rec["setup_seconds"] for rec in kept)
+    if setup:  # the part jobs' own loading and decoding of the unpruned model
+        rows.append(metric(CLAIM, "stage_seconds", setup, "s", stage="part_setup", job="parts"))
+    # every decode this measurement made: this job's and those of the groups it kept (a part's own unpruned decode)
+    calls = S.evaluator.calls + sum(rec["decode_calls"] for rec in kept)
+    dsecs = S.evaluator.seconds + sum(rec["decode_seconds"] for rec in kept)
+    rows.append(metric(CLAIM, "decode_calls", calls, "decodes", seconds=dsecs, groups_kept=len(kept)))
+    log.info("stage seconds: %s; %d decodes in %.0f s", {k: round(s, 1) for k, (s, _) in timing.items()}, calls,
+             dsecs)
     return rows, {"device": str(params["device"])}
 
 

@@ -71,23 +71,32 @@ def bootstrap_indices(n: int, samples: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(samples, n))
 
 
+def bootstrap_counts(n: int, samples: int, seed: int) -> np.ndarray:
+    """(samples, n): how often each of the ``n`` sentences is drawn in each resample of :func:`bootstrap_indices`
+    (the resampled statistics are then ``counts @ stats``, without materialising (samples, n, 10))."""
+    idx = bootstrap_indices(n, samples, seed)
+    counts = np.zeros((samples, n), dtype=np.int64)
+    np.add.at(counts, (np.repeat(np.arange(samples), n), idx.reshape(-1)), 1)
+    return counts
+
+
 def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, samples: int = 1000, seed: int = 0,
-                     alpha: float = 0.05) -> dict:
+                     alpha: float = 0.05, *, counts: np.ndarray | None = None,
+                     resampled_a: np.ndarray | None = None) -> dict:
     """Paired bootstrap resampling (Koehn 2004) of BLEU(b) - BLEU(a) on the same test sentences.
 
     Returns the observed BLEUs and delta, the (1 - alpha) percentile interval of the delta and of each system's
     BLEU, and a two-sided p-value: 2 * min(P(delta* <= 0), P(delta* >= 0)) over the resamples (capped at 1),
-    i.e. how often the resampled difference has the other sign."""
+    i.e. how often the resampled difference has the other sign. ``counts`` (:func:`bootstrap_counts` of the same
+    sentences, samples and seed) and ``resampled_a`` (system a's BLEU per resample, ``bleu_from_stats(counts @
+    stats_a)``) may be passed in when many comparisons share them: the same numbers, computed once."""
     stats_a, stats_b = np.asarray(stats_a), np.asarray(stats_b)
     if stats_a.shape != stats_b.shape:
         raise ValueError(f"paired_bootstrap: systems scored on different sets ({stats_a.shape} vs {stats_b.shape})")
-    n = stats_a.shape[0]
-    idx = bootstrap_indices(n, samples, seed)
-    # sum statistics per resample without materialising (samples, n, 10): counts of each index
-    counts = np.zeros((samples, n), dtype=np.int64)
-    np.add.at(counts, (np.repeat(np.arange(samples), n), idx.reshape(-1)), 1)
-    sa, sb = counts @ stats_a, counts @ stats_b
-    ba, bb = bleu_from_stats(sa), bleu_from_stats(sb)
+    if counts is None:
+        counts = bootstrap_counts(stats_a.shape[0], samples, seed)
+    ba = bleu_from_stats(counts @ stats_a) if resampled_a is None else resampled_a
+    bb = bleu_from_stats(counts @ stats_b)
     delta = bb - ba
     obs_a, obs_b = bleu_from_stats(stats_a.sum(0)), bleu_from_stats(stats_b.sum(0))
     q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
