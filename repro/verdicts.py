@@ -66,6 +66,10 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
     ``power`` (:func:`power`): the sample size that would decide it, for the page's "What would decide this"."""
     if passed is None and not undecided_because:
         undecided_because = "not decided by this run"
+    if headline and passed is not None and interval and numbers is not None and numbers.get("value") is not None \
+            and (numbers.get("lo") is None or numbers.get("hi") is None):
+        raise ValueError(f"check {name!r}: a headline decided by an interval ({interval[:80]}) must give that "
+                         "interval in its numbers (lo, hi)")
     out = {"name": name, "passed": None if passed is None else bool(passed), "measured": measured,
            "expected": expected, "headline": bool(headline), "interval": interval,
            "undecided_because": None if passed is not None else undecided_because}
@@ -79,25 +83,39 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
 
 
 COMPARE = ("ratio", "difference", None)
+CRITERIA = ("paper", "suite")
 
 
 def numbers(value: float | None, unit: str, *, paper: float | None = None, paper_text: str | None = None,
-            lo: float | None = None, hi: float | None = None, compare: str | None = None) -> dict:
-    """A check's numbers for the headline tables: the measured ``value`` in ``unit`` with its interval
-    [``lo``, ``hi``] (None: a point value), the paper's number in the same unit (``paper``, from the registry) or, when
-    the paper states another quantity, ``paper_text`` only. ``compare`` says how the two may be set side by side:
-    "ratio" (like quantities on a ratio scale: times, counts), "difference" (percentages, exponents, log-scale
-    values: the difference in the unit's points), None (not comparable: no ratio or difference is shown)."""
+            lo: float | None = None, hi: float | None = None, compare: str | None = None,
+            criterion: str = "paper", rule: str | None = None, source: str | None = None) -> dict:
+    """A check's numbers for the headline tables: the measured ``value`` in ``unit`` with the interval that decided
+    it [``lo``, ``hi``] (None: a point value), the paper's number in the same unit (``paper``, from the registry)
+    or, when the paper states another quantity or only words, ``paper_text`` only. ``compare`` says how the two
+    may be set side by side: "ratio" (like quantities on a ratio scale: times, counts), "difference" (percentages,
+    exponents, log-scale values: the difference in the unit's points), None (not comparable).
+
+    ``criterion`` says what decided the check: "paper" (the paper's own number or statement, ``rule`` the form it
+    takes, e.g. "> 1x", "< 1") or "suite" (a threshold of the suite's own, from the ``judge:`` section of
+    config/claims/<id>.yaml, e.g. "> 0.1": the pages show "suite: > 0.1" and never present it as the paper's
+    number); a suite criterion needs its ``rule``. ``source``: the registry key (published.yaml) of the paper's
+    number or statement, so the pages can say where the paper states it."""
     if compare not in COMPARE:
         raise ValueError(f"numbers: compare {compare!r} is not one of {COMPARE}")
     if compare is not None and paper is None:
         raise ValueError("numbers: a comparison needs the paper's number in the same unit")
+    if criterion not in CRITERIA:
+        raise ValueError(f"numbers: criterion {criterion!r} is not one of {CRITERIA}")
+    if criterion == "suite" and not rule:
+        raise ValueError("numbers: a suite criterion needs its rule (the threshold it decided with, in words)")
+    if (lo is None) != (hi is None):
+        raise ValueError("numbers: an interval needs both ends (lo and hi)")
 
     def f(x):
         return None if x is None else float(x)
 
     return {"value": f(value), "unit": unit, "lo": f(lo), "hi": f(hi), "paper": f(paper),
-            "paper_text": paper_text, "compare": compare}
+            "paper_text": paper_text, "compare": compare, "criterion": criterion, "rule": rule, "source": source}
 
 
 def gate(name: str, passed: bool, measured: str, required: str, *, thresholds: Mapping | None = None) -> dict:

@@ -179,8 +179,14 @@ def test_page_renders_the_verdict_contract(tmp_path):
     pages.claim_page(claim, res, page, page.with_suffix(""))
     head = page.read_text().splitlines()[:15]
     table = [line for line in head if line.startswith("|")]
-    assert "headline" in table[0] and "measured" in table[0] and "paper" in table[0] and "vs paper" in table[0]
-    assert "2.9 [2.7, 3.1]" in table[2] and "| 3 " in table[2] and "-0.1" in table[2] and "inconclusive" in table[2]
+    from repro.report import headline
+
+    assert [c.strip() for c in table[0].strip("|").split("|")][:5] == list(headline.COLUMNS)  # the matrix's order
+    assert "2.9 [2.7, 3.1] per-layer exponent" in table[2] and "| 3 " in table[2] and "inconclusive" in table[2]
+    assert "~-0.1 " in table[2]  # the paper's 3 lies inside [2.7, 3.1]: within the noise, no direction word
+    # a 'vs published' column with nothing comparable in it is dropped, not shown as a column of empty cells
+    frame = pd.DataFrame({"metric": ["m"], "measured": ["1"], "vs published": [""], "unit": [float("nan")]})
+    assert list(pages.drop_empty(frame, keep=("metric",)).columns) == ["metric", "measured"]
 
 
 def test_shorten_cuts_at_a_clause_boundary_only():
@@ -241,3 +247,18 @@ def test_matrix_csv_counts_the_flags_matrix_md_shows(tmp_path):
     csv = pd.read_csv(out.with_suffix(".csv"))
     assert csv[csv["claim"] == "rank_collapse"].set_index("hardware")["flags"].to_dict() == {"cpu-a": 1, "gpu-b": 1}
     assert shown == int(csv["flags"].sum()) == 2
+
+
+def test_the_default_scale_comes_first_and_the_smoke_test_last(tmp_path):
+    """Wherever scales are listed (matrix.md, the HTML landing page's matrix, matrix.csv): default, then paper,
+    then tiny, whatever order the folders sort in."""
+    root = tmp_path / "results"
+    for scale in ("tiny", "paper", "default"):
+        _write(root, "cpu-a", "reproduced", True, _fp("cpu-a"), scale=scale)
+    md = matrix.matrix_markdown(root, tmp_path / "reports", history=False)
+    found = [md.index(f"## Scale `{s}`") for s in ("default", "paper", "tiny")]
+    assert found == sorted(found), found
+    html = matrix.matrix_html(root, history=False)
+    found = [html.index(f"<h3>Scale {s}</h3>") for s in ("default", "paper", "tiny")]
+    assert found == sorted(found), found
+    assert [r["scale"] for r in matrix.matrix_records(root)][:1] == ["default"]

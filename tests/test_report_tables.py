@@ -59,7 +59,7 @@ def test_the_matrix_has_short_lines_and_a_headline_line_per_claim():
     assert max(len(line) for line in text.splitlines()) <= matrix.WIDTH
     claims = {c.claim for c in matrix.read_cells(None, ROOT / "references")}
     for claim in claims:
-        assert re.search(rf"^\| (C\d+ )?{claim} \|", text, re.M), claim
+        assert re.search(rf"^\| (C\d+ )?{claim}( \||: )", text, re.M), claim
 
 
 def test_compare_pages_fit_a_screen_and_keep_every_row_in_csv():
@@ -84,7 +84,9 @@ def test_each_claim_page_shows_its_headline_beside_the_paper_first():
         tables = _tables("\n".join(head))
         assert tables, (page, "no table in the first 15 lines")
         header = _cells(tables[0][0])
-        assert {"headline", "measured", "paper", "verdict"} <= set(header), (page, header)
+        # the headline row of issue 39 (headline.COLUMNS); pages rendered before it have a 'headline' column
+        assert header[:5] == list(headline.COLUMNS) or {"headline", "measured", "paper", "verdict"} <= set(header), \
+            (page, header)
 
 
 def test_matrix_csv_loads_one_row_per_machine_scale_claim():
@@ -97,16 +99,93 @@ def test_matrix_csv_loads_one_row_per_machine_scale_claim():
         assert col in frame.columns, col
 
 
-@pytest.mark.parametrize("compare,value,paper,lo,hi,expected", [
-    ("ratio", 34.06, 34.0, None, None, "x1 (no spread)"), ("ratio", 34.0, 34.0, None, None, "x1"),
-    ("difference", 4.5, 7.0, None, None, "-2.5 (no spread)"),
-    ("difference", 5.5, 6.9, 1.0, 9.9, "~-1.4"),  # the paper's value inside the interval: within the noise
-    ("difference", 4.5, 6.9, 3.0, 6.0, "-2.4"),  # beyond it
-    (None, 1.0, None, None, None, "")])
-def test_headline_comparison(compare, value, paper, lo, hi, expected):
+@pytest.mark.parametrize("compare,value,paper,lo,hi,unit,expected", [
+    ("ratio", 34.06, 34.0, None, None, "sbh", "1.00176x larger (no spread)"),
+    ("ratio", 34.0, 34.0, None, None, "params", "1x equal (no spread)"),
+    ("difference", 4.5, 7.0, None, None, "u", "-2.5 lower (no spread)"),
+    ("difference", 5.5, 6.9, 1.0, 9.9, "% less time", "~-1.4 pp"),  # the paper's value inside: within the noise
+    ("difference", 4.5, 6.9, 3.0, 6.0, "% less time", "-2.4 pp slower"),  # beyond it: less saving is slower
+    ("ratio", 2.6, 5.7, 2.5, 2.7, "x speed-up", "0.456x slower"),
+    ("ratio", 1.44, 1.0, 1.4, 1.5, "ms", "1.44x slower"),  # time: higher is slower
+    ("ratio", 0.697, 1.0, 0.6, 0.8, "tokens/s", "0.697x slower"),  # throughput: lower is slower
+    ("ratio", 0.5, 1.0, 0.4, 0.6, "GiB", "0.5x smaller"),
+    (None, 1.0, None, None, None, "u", "")])
+def test_headline_comparison(compare, value, paper, lo, hi, unit, expected):
     from repro.verdicts import numbers
 
-    n = numbers(value, "u", paper=paper, compare=compare, lo=lo, hi=hi)
+    n = numbers(value, unit, paper=paper, compare=compare, lo=lo, hi=hi)
     assert headline.compare_text(n) == expected
     with pytest.raises(ValueError):
         numbers(1.0, "u", compare="ratio")  # a comparison needs the paper's number
+
+
+def test_versus_words_and_noise_on_every_comparison():
+    """The compare pages' and the claim pages' rule: with the unit, a direction word and 'no spread'; '~' within
+    the two spreads; without it, the bare mark of the compare pages."""
+    assert headline.versus(1.44, 0.01, 1.0, 0.01, False, unit="s") == "1.44x slower"
+    assert headline.versus(0.697, 0.01, 1.0, 0.01, False, unit="tokens/s") == "0.697x slower"
+    assert headline.versus(1.44, None, 1.0, None, False, unit="s") == "1.44x slower (no spread)"
+    assert headline.versus(1.05, 0.03, 1.0, 0.03, False, unit="s") == "~1.05x"
+    assert headline.versus(7.78, None, 1.9, None, True, unit="%") == "+5.88 pp higher (no spread)"
+    assert headline.versus(1.2, 0.03, 1.0, 0.03, False) == "1.2x"
+
+
+def test_a_suite_criterion_is_never_shown_as_the_papers_number():
+    from repro.verdicts import numbers
+
+    n = numbers(0.23, "d ln|grad| / layer", lo=0.2, hi=0.26, paper_text="grows with the layer", criterion="suite",
+                rule="> 0.1", source="fig3_per_layer_grad_trend")
+    v = {"claim": "prepost_gradients", "verdict": "reproduced", "reason": "ok",
+         "checks": [{"name": "c", "passed": True, "measured": "m", "expected": "e", "headline": True, "numbers": n}]}
+    row = headline.row(v, "prepost_gradients", "**reproduced**")
+    assert list(row) == list(headline.COLUMNS)
+    assert row["vs paper"] == "suite: > 0.1" and "0.1" not in row["paper"]
+    assert row["paper"].startswith("grows with the layer (Xiong et al. 2020")  # what and where, from the registry
+    assert row["measured [interval]"] == "0.23 [0.2, 0.26] d ln|grad| / layer"
+    with pytest.raises(ValueError):
+        numbers(1.0, "u", criterion="suite")  # a suite criterion states its rule
+    with pytest.raises(ValueError):
+        numbers(1.0, "u", criterion="the paper's")
+    # a point value decided on the suite's rule says so
+    assert headline.compare_text(numbers(29.0, "BLEU", criterion="suite", rule=">= 20")) == "suite: >= 20 (no spread)"
+
+
+def test_a_decided_headline_carries_the_interval_that_decided_it():
+    from repro.verdicts import check, numbers
+
+    with pytest.raises(ValueError, match="interval"):
+        check("h", False, "m", "e", headline=True, interval="99% interval of each level's drop",
+              numbers=numbers(0.0, "% of heads prunable", paper=20.0, compare="difference"))
+    # undecided, or decided on a point value (no interval text): allowed
+    check("h", None, "m", "e", headline=True, interval="t", numbers=numbers(1.0, "u"))
+    check("h", True, "m", "e", headline=True, numbers=numbers(1.0, "u"))
+    # a verdict judged before the rule (no lo/hi) is flagged where it is shown, never passed off as a point value
+    old = {"claim": "head_pruning", "verdict": "not_reproduced", "reason": "r", "checks": [
+        {"name": "h", "passed": False, "measured": "m", "expected": "e", "headline": True, "interval": "99% drop",
+         "numbers": {"value": 0.0, "unit": "% of heads prunable", "lo": None, "hi": None, "paper": 20.0,
+                     "paper_text": None, "compare": "difference"}}]}
+    cells = headline.cells(old)
+    assert "deciding interval not recorded" in cells["value"] and cells["compare"] == "-20 pp lower (no spread)"
+
+
+def test_scales_list_the_default_first_and_the_smoke_test_last():
+    assert sorted(["tiny", "paper", "default", "other"], key=headline.scale_key) == ["default", "paper", "other",
+                                                                                    "tiny"]
+
+
+def test_index_pages_rendered_from_the_references_are_short_and_in_the_headline_order(tmp_path):
+    """Every reference's index (old verdict.json files included): the headline columns first and in the matrix's
+    order, no 'nan', why cells of one short clause, no line over 400 characters."""
+    from repro.report.publish import REFERENCE
+
+    for folder in sorted(p for p in RESULTS.glob("*/*") if p.is_dir()):
+        hw, scale = folder.parent.name, folder.name
+        out = tmp_path / hw / scale / "index.md"
+        pages.index_page(RESULTS, tmp_path, hw, scale, out, kind=REFERENCE)
+        text = out.read_text()
+        assert not re.search(r"\bnan\b", text), (hw, scale)
+        assert max(len(line) for line in text.splitlines()) <= 400, (hw, scale)
+        table = _tables(text)[0]
+        header = _cells(table[0])
+        assert header == ["id", *headline.COLUMNS, "why", "measured by"], header
+        assert all(len(_cells(r)[header.index("why")]) <= pages.WHY for r in table[2:]), (hw, scale)

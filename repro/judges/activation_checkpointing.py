@@ -47,7 +47,8 @@ def _term_checks(R: Rows, tol: dict) -> list[dict]:
             checks.append(check(f"per-layer {key} (math, fp32 as 16-bit, dropout on)",
                                 decide_point(v, within=(pub * (1 - rel), pub * (1 + rel))),
                                 f"{v:.3f}", f"{pub} (Korthikanti Eq. 1, +-{100 * rel:.0f}%)", headline=sec == "total",
-                                numbers=numbers(v, "sbh" if kind == "sbh" else "as^2b", paper=pub, compare="ratio"),
+                                numbers=numbers(v, "sbh" if kind == "sbh" else "as^2b", paper=pub, compare="ratio",
+                                                criterion="suite", rule=f"{pub:g} +- {100 * rel:g}%", source=pkey),
                                 thresholds=uses(tol, "coeff_rel")))
     return checks
 
@@ -65,7 +66,10 @@ def _recompute_checks(R: Rows, tol: dict) -> list[dict]:
                                 both(decide_point(v, within=(pub * (1 - rel), pub * (1 + rel))), sc == 0.0),
                                 f"{v:.3f} sbh + {sc:.3f} as^2b",
                                 f"{pub}sbh (Korthikanti Table 2)", headline=pol == "full",
-                                numbers=numbers(v, "sbh", paper=pub, compare="ratio"),
+                                numbers=numbers(v, "sbh", paper=pub, compare="ratio", criterion="suite",
+                                                rule=f"{pub:g} +- {100 * rel:g}%, no as^2b term",
+                                                source=f"korthikanti_{pol}_recompute_sbh_coeff"
+                                                if pol == "full" else f"korthikanti_{pol}_sbh_coeff"),
                                 thresholds=uses(tol, "coeff_rel")))
     return checks
 
@@ -90,7 +94,9 @@ def _slope_checks(R: Rows, tol: dict) -> list[dict]:
                             decide_point(slopes["sqrt"], within=(lo, hi)), f"{slopes['sqrt']:.3f}",
                             f"{_paper('chen_memory_exponent'):g} (Chen Sec. 4; accepted {lo}..{hi})",
                             headline=True, numbers=numbers(slopes["sqrt"], "log-log slope vs depth",
-                                                           paper=_paper("chen_memory_exponent"), compare="difference"),
+                                                           paper=_paper("chen_memory_exponent"), compare="difference",
+                                                           criterion="suite", rule=f"{lo:g}..{hi:g}",
+                                                           source="chen_memory_exponent"),
                             thresholds=uses(tol, "sqrt_slope")))
     lo, hi = tol["none_slope"]
     if "none" in slopes:

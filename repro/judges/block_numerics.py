@@ -36,7 +36,9 @@ def _worked_value_checks(R: Rows, T: dict) -> list[dict]:
                                 decide_point(r["value"], within=(pv - tol, pv + tol)), f"{r['value']:.4f}",
                                 f"{pv} ({r['source']})", undecided_because="exactly on the tolerance's edge (a tie)",
                                 headline=True, numbers=numbers(r["value"], r.get("unit") or "value", paper=pv,
-                                                               compare="difference"),
+                                                               compare="difference", criterion="suite",
+                                                               rule=f"{pv:g} +- {tol:g}",
+                                                               source=r.get("published_key")),
                                 thresholds=uses(T, "value_tolerance")))
     return checks
 
@@ -51,7 +53,10 @@ def _plain_chain_checks(R: Rows, T: dict) -> list[dict]:
                                 decide_point(r["value"], within=(pv - (T["plain_chain_rel_tolerance"] * pv + 0.00005),
                                                                  pv + (T["plain_chain_rel_tolerance"] * pv + 0.00005))),
                                 f"{r['value']:.4g}", f"{pv}", headline=True,
-                                numbers=numbers(r["value"], "gradient gain", paper=pv, compare="ratio"),
+                                numbers=numbers(r["value"], "gradient gain", paper=pv, compare="ratio",
+                                                criterion="suite",
+                                                rule=f"{pv:g} +- {T['plain_chain_rel_tolerance']:g} x {pv:g}",
+                                                source=r.get("published_key")),
                                 thresholds=uses(T, "plain_chain_rel_tolerance")))
     return checks
 

@@ -131,7 +131,10 @@ def _speed_checks(R: Rows, tol: dict, device: str, load: dict) -> list[dict]:
         checks.append(check(name, decide_interval(lo_r, hi_r, above=1.0) if on_gpu else None, measured,
                             f"> 1x (paper: {text})", headline=headline,
                             interval=interval, undecided_because=gpu_why if on_gpu else CPU_WHY,
-                            numbers=numbers(med, "x speed-up", lo=lo_r, hi=hi_r, paper=target, compare="ratio")))
+                            numbers=numbers(med, "x speed-up", lo=lo_r, hi=hi_r, paper=target, compare="ratio",
+                                            paper_text=text.split(" (")[0] + (" on A100" if headline else ""),
+                                            rule="> 1x (faster at all)",
+                                            source="kernel_time" if headline else "gpt2_medium_speedup_vs_hf")))
         checks.append(check(name + f", at least {frac:g} x the paper's speed-up",
                             decide_interval(lo_r, hi_r, above=need) if on_gpu else None, measured,
                             f"> {need:.2f}x = {frac:g} x the paper's {text}", interval=interval,

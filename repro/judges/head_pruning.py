@@ -455,8 +455,33 @@ def _prunable_check(R: Rows, name: str, curve: list[dict], eq: _Equivalence, siz
                  headline=headline,
                  interval=f"({eq.level}) interval of each level's BLEU drop, from its paired-bootstrap p-value "
                           "(normal approximation)", undecided_because=why,
-                 numbers=numbers(100 * ok, "% of heads prunable", paper=float(m_prunable), compare="difference"),
-                 power=pw)
+                 numbers=_level_numbers(levels, deciding, passed, eq.tol, float(m_prunable), 100 * ok), power=pw)
+
+
+def _level_numbers(levels: list[tuple], deciding: list[tuple], passed: bool | None, tol: float,
+                   paper: float, lossless_pct: float, quantity: str = "BLEU",
+                   source: str = "michel_prunable_wmt") -> dict:
+    """The headline's numbers: the drop of the level that decided (the first lossy one when it fails, the one
+    nearest the tolerance when it holds, the first undecided one otherwise) with its interval, against Michel's
+    'no noticeable loss' up to ``paper`` % of the heads pruned; the equivalence margin is the suite's. The unit
+    names the level and where the run of lossless levels ends (``lossless_pct``, which may pass the paper's)."""
+    levels_by = deciding or levels
+    if passed is True:
+        at = max(levels_by, key=lambda lv: lv[3][1])
+    else:
+        want = False if passed is False else None
+        at = next((lv for lv in levels_by if lv[2] is want), None) or next(
+            (lv for lv in levels_by if lv[2] is not True), levels_by[-1] if levels_by else None)
+    rule = f"drop < {tol:g} {quantity} at every level up to {paper:g}%"
+    if at is None:
+        return numbers(None, f"{quantity} drop", paper_text=f"no noticeable loss up to {paper:g}% of the heads",
+                       criterion="suite", rule=rule, source=source)
+    fr, delta, _, iv = at
+    return numbers(-delta if _finite(delta) else None, f"{quantity} drop at {100 * fr:.0f}% of the heads pruned "
+                   f"(lossless up to {lossless_pct:.0f}%)",
+                   lo=iv[0] if iv else None, hi=iv[1] if iv else None,
+                   paper_text=f"no noticeable loss up to {paper:g}% of the heads", criterion="suite", rule=rule,
+                   source=source)
 
 
 # ------------------------------------------------------------------------------------------------ rule 5
@@ -468,12 +493,13 @@ def _l0_checks(R: Rows, eq: _Equivalence, size: _Sentences) -> list[dict]:
         return []
     voita_pruned, voita_total = _pub("voita_wmt_heads_pruned"), _pub("voita_wmt_encoder_heads")
     kept_max = (voita_total - voita_pruned) / voita_total
-    runs, states, items = [], [], []
+    runs, states, items, worst = [], [], [], []
     for r in kept:
-        state, at_budget, text, item = _l0_run(R, r, eq, size, kept_max)
+        state, at_budget, text, item, drop = _l0_run(R, r, eq, size, kept_max)
         if at_budget:
             states.append(state)
             items.append(item)
+            worst.append((state, drop))
         runs.append(text)
     passed, why = _l0_decision(states, kept_max, eq.tol)
     _, pw = _project(items, "any")
@@ -485,9 +511,24 @@ def _l0_checks(R: Rows, eq: _Equivalence, size: _Sentences) -> list[dict]:
                   f"drop's upper end is < {eq.tol} BLEU against the unpruned model and the unpenalised "
                   "fine-tune", headline=True, undecided_because=why,
                   interval=f"({eq.level}) interval of each BLEU drop, from its paired-bootstrap p-value",
-                  numbers=numbers(_sparsest_kept_percent(kept), "% of heads kept (sparsest L0 run)",
-                                  paper=100 * (voita_total - voita_pruned) / voita_total, compare="difference"),
-                  power=pw)]
+                  numbers=_l0_numbers(worst, passed, eq.tol, voita_pruned, voita_total), power=pw)]
+
+
+def _l0_numbers(worst: list[tuple], passed: bool | None, tol: float, pruned: int, total: int) -> dict:
+    """The L0 headline's numbers: the BLEU drop (the worse of its two comparisons, with its interval) of the run at
+    the budget that decided (the first lossless one when it holds, else the one nearest lossless), against
+    Voita's drop at 38 of 48 heads pruned."""
+    paper = -float(_pub("voita_wmt_bleu_drop"))
+    rule = f"drop < {tol:g} BLEU at <= {total - pruned} of {total} heads kept"
+    text = f"{pruned} of {total} encoder heads pruned"
+    found = [(st, d) for st, d in worst if d is not None]
+    if not found:
+        return numbers(None, "BLEU drop at the head budget", paper=paper, paper_text=text, compare="difference",
+                       rule=rule, source="voita_wmt_bleu_drop")
+    pick = next((d for st, d in found if st is True), None) if passed is True else None
+    drop, lo, hi = pick or min((d for _, d in found), key=lambda d: d[2] if d[2] is not None else math.inf)
+    return numbers(drop, "BLEU drop at the head budget", lo=lo, hi=hi, paper=paper, paper_text=text,
+                   compare="difference", rule=rule, source="voita_wmt_bleu_drop")
 
 
 def _l0_run(R: Rows, r: dict, eq: _Equivalence, size: _Sentences, kept_max: float) -> tuple:
@@ -503,7 +544,11 @@ def _l0_run(R: Rows, r: dict, eq: _Equivalence, size: _Sentences, kept_max: floa
     item = _project([(_side(pw), pw) for pw in pws], "all") if pws else (None, None)
     text = (f"lambda {lam:g}: {r['value']:.0f}/{r['n']:.0f} kept" + (" (at the budget)" if at_budget else "") + ", "
             + ", ".join(f"{c['value']:+.2f} (p={c['sweep'].get('p_value')})" for c in comps))
-    return state, at_budget, text, item
+    drops = [(-c["value"], iv[0], iv[1]) if iv else (-c["value"], None, None)
+             for c, (_, iv) in zip(comps, decided) if _finite(c["value"])]
+    with_iv = [d for d in drops if d[2] is not None]
+    drop = max(with_iv, key=lambda d: d[2]) if with_iv else (drops[0] if drops else None)  # the worse one
+    return state, at_budget, text, item, drop
 
 
 def _l0_decision(states: list, kept_max: float, tol: float) -> tuple[bool | None, str | None]:
@@ -516,11 +561,6 @@ def _l0_decision(states: list, kept_max: float, tol: float) -> tuple[bool | None
         return False, None
     return None, (f"at the budget, the BLEU drop's interval straddles the tolerance {tol} BLEU "
                   "(against the unpruned model or the unpenalised fine-tune)")
-
-
-def _sparsest_kept_percent(kept: Rows) -> float | None:
-    fractions = [r["value"] / r["n"] for r in kept if _finite(r["value"], r["n"]) and r["n"] > 0]
-    return 100 * min(fractions) if fractions else None
 
 
 def _learned_gates(R: Rows, params: dict, T: dict) -> list[dict]:
@@ -635,7 +675,12 @@ def _mnli_prunable_checks(R: Rows, tol: float, n_pairs: int) -> list[dict]:
                          f"every level up to {paper:.0f}% with the drop's upper end < {tol} points",
                          headline=headline, undecided_because=why,
                          interval="(1 - alpha) interval of each level's accuracy drop (matched pairs, Agresti-Min)",
-                         numbers=numbers(ok, "% of heads prunable", paper=paper, compare="difference"), power=pw))
+                         numbers=_level_numbers(
+                             [(float(r["sweep"]["fraction"]), float(r["sweep"].get("delta", r["value"])),
+                               *_drop_state(r, tol)) for r in curve if r["sweep"]["pruned"] != 0],
+                             [(float(r["sweep"]["fraction"]), float(r["sweep"].get("delta", r["value"])),
+                               *_drop_state(r, tol)) for r in deciding if r["sweep"]["pruned"] != 0],
+                             passed, tol, paper, ok, "accuracy points", "michel_prunable_bert"), power=pw))
     return out
 
 

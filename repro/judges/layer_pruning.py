@@ -154,7 +154,9 @@ def _bi_depth_checks(j: _Judging) -> list[dict]:
                         f"layers {min(pub['sg_layers'])}-{max(pub['sg_layers'])} of Llama2-7B's {pub['sg_L']})",
                         headline=True, undecided_because=why,
                         numbers=numbers(mean_idx / (L - 1), "mean relative depth of the lowest-BI half",
-                                        paper=pub["sg_depth"], compare="difference")), j.lm_gates)]
+                                        paper=pub["sg_depth"], compare="difference", criterion="suite",
+                                        rule="> 0.5 (the deeper half)", source="shortgpt_llama2_7b_layers_removed")),
+                   j.lm_gates)]
 
 
 def _layers(r: dict) -> tuple[int, ...] | None:
@@ -273,6 +275,10 @@ def _sign_power(wins: int, decided: int, alpha: float) -> dict:
     return out
 
 
+# the papers' statement the sign test checks (their tables compare with random pruning; no win share is published)
+RANDOM_PAPER = "similarity rules prune better than random (Gromov et al. 2025; Men et al. 2025)"
+
+
 def _random_checks(j: _Judging) -> list[dict]:
     """The similarity rules (BI, angular) prune better than random, on the stacks past their gate: a one-sided
     exact sign test of the decided comparisons (:func:`_versus`) against a win share of 1/2."""
@@ -301,7 +307,8 @@ def _random_checks(j: _Judging) -> list[dict]:
         return [check(name, None, f"{counted}: {detail}", expected, headline=True, interval=interval,
                       undecided_because="no comparison decided: every selection tied with, or sat between, the "
                       "random draws", thresholds=used, power=pw,
-                      numbers=numbers(None, "% of decided comparisons won", paper_text="> 50% (rules beat random)"))]
+                      numbers=numbers(None, "% of decided comparisons won", paper_text=RANDOM_PAPER,
+                                      criterion="suite", rule=f"sign test, more wins at alpha {alpha:g}"))]
     p_more, p_less = _sign_test(wins, decided)
     passed = True if p_more < alpha else False if p_less < alpha else None
     measured = (f"{counted}: win share {wins}/{decided} = {100 * wins / decided:.0f}% "
@@ -314,7 +321,8 @@ def _random_checks(j: _Judging) -> list[dict]:
                      pw["why"] or ""),
                   power=pw if passed is None else None,
                   numbers=numbers(100 * wins / decided, "% of decided comparisons won", lo=100 * pw["lo"],
-                                  hi=100 * pw["hi"], paper_text="> 50% (rules beat random)"))]
+                                  hi=100 * pw["hi"], paper_text=RANDOM_PAPER, criterion="suite",
+                                  rule=f"sign test, more wins at alpha {alpha:g}"))]
 
 
 def _band_check(j: _Judging, s: str) -> dict | None:

@@ -43,7 +43,10 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
         why = "" if exact or abs(m - p) < 1e-9 else f"; {notes.get(model) or 'the paper rounds'}"
         checks.append(check(f"{model}.{r['metric']}", ok, measured, f"{_num(p)} ({tol}{why}; {pub['citation']})",
                             headline=exact, undecided_because="exactly on the tolerance's edge: a tie decides nothing",
-                            numbers=numbers(m, r["unit"], paper=p, compare="ratio"), thresholds=used))
+                            numbers=numbers(m, r["unit"], paper=p, compare="ratio", source=r["published_key"],
+                                            rule="exact" if exact else f"+- {rel_tol:.0%}",
+                                            criterion="paper" if exact else "suite"),
+                            thresholds=used))
     setup = setup_table(CLAIM, {
         "models": ", ".join(sorted({r["sweep"]["model"] for r in rows})) + " (the suite's own model classes)",
         "method": "exact count of the suite's modules built on the meta device; exact published figures must match "

@@ -173,7 +173,9 @@ def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
                              f"half-width plus {c['flat_ratio_max']} x Post's)",
                     undecided_because=f"a 95% interval straddles or touches its threshold ({n} seeds)",
                     numbers=numbers(post["value"], "Post-LN d ln|grad| / layer", lo=plo, hi=phi,
-                                    paper_text=f"> {c['grow_slope_min']} (grows; Pre-LN flat)"),
+                                    paper_text="grows with the layer; Pre-LN flat", criterion="suite",
+                                    rule=f"> {c['grow_slope_min']:g}; |Pre| < {c['flat_ratio_max']:g} x Post",
+                                    source="fig3_per_layer_grad_trend"),
                     thresholds=uses(c, "grow_slope_min", "flat_ratio_max"), power=pw))
     return checks
 
@@ -210,7 +212,9 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
                             f"{e_ratio:g} (Theorem 1, 1/sqrt(L)) +- {tol}", headline=prefix == "fig3",
                             interval="95% t-interval over seeds (strict at the edges)", undecided_because=why,
                             numbers=numbers(ratio["value"], "depth exponent", lo=_ci(ratio)[0], hi=_ci(ratio)[1],
-                                            paper=e_ratio, compare="difference"),
+                                            paper=e_ratio, compare="difference", criterion="suite",
+                                            rule=f"{e_ratio:g} +- {tol:g}",
+                                            source="thm1_preln_over_postln_depth_exponent"),
                             thresholds=uses(c, "exponent_tolerance"),
                             power=power(ratio["value"], *_ci(ratio), (e_ratio - tol, e_ratio + tol),
                                         int(ratio["n"] or 1), unit)))

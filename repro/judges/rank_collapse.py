@@ -115,7 +115,8 @@ def _collapse_check(R: Rows, init: str, params: dict, c: dict) -> dict:
         headline=True, interval=CUBIC_INTERVAL, undecided_because=why,
         numbers=numbers(att["value"], "per-layer exponent", lo=_ci(att)[0] if att["value"] is not None else None,
                         hi=_ci(att)[1] if att["value"] is not None else None, paper=cubic_paper,
-                        compare="difference"),
+                        compare="difference", criterion="suite", rule=f"{cubic_paper:g} +- {c['cubic_tolerance']:g}",
+                        source="dong_rate_exponent_base"),
         thresholds=uses(c, "cubic_tolerance", "exponent_gap_min", "skip_min_residual"))
 
 

@@ -143,8 +143,9 @@ def _step_checks(R: Rows, floor: float, top: float, expected: str, busy: str | N
                            headline=not native, interval=how + ", as a reduction",
                            undecided_because=NATIVE_WHY if native else why,
                            numbers=numbers(red, "% less time", lo=r_lo, hi=r_hi, paper=floor,
-                                           paper_text=f"{floor:g}% (Transformer); {floor:g}-{top:g}% over models",
-                                           compare="difference"),
+                                           paper_text=f"Transformer; {floor:g}-{top:g}% over models",
+                                           compare="difference", rule=f"> {floor:g}",
+                                           source="transformer_reduction"),
                            power=None if native else pw)
 
     def scale(r):

@@ -11,12 +11,21 @@ another (the hardware comparison's ratios, the claim pages' 'vs published'): lik
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
 VERDICT_ORDER = {False: 0, None: 1, True: 2}
+# the order scales are listed in wherever several are shown: the default first, the smoke test (tiny) last
+SCALE_ORDER = ("default", "paper", "tiny")
+
+
+def scale_key(scale: str) -> tuple[int, str]:
+    """Sort key of a scale: :data:`SCALE_ORDER`, unknown scales before the smoke test, by name."""
+    return (SCALE_ORDER.index(scale) if scale in SCALE_ORDER[:-1] else
+            len(SCALE_ORDER) if scale == SCALE_ORDER[-1] else len(SCALE_ORDER) - 1, scale)
 
 
 def headline_check(verdict: dict) -> dict | None:
@@ -49,29 +58,93 @@ def value_text(nums: dict) -> str:
 
 
 def paper_text(nums: dict) -> str:
+    """The paper's number ('20'), its words when it states no number in this unit ('< 1 at 3 and 4 bits'), or
+    both ('6.9 (6.9% (Transformer); ...)'); '-' when neither."""
     if nums.get("paper") is not None:
-        return fmt_number(nums["paper"]) + (f" ({nums['paper_text']})" if nums.get("paper_text") else "")
+        return fmt_number(nums["paper"]) + (f", {nums['paper_text']}" if nums.get("paper_text") else "")
     return nums.get("paper_text") or "-"
 
 
-def compare_text(nums: dict) -> str:
-    """'x1.002' (ratio of like quantities) or '+0.06' (difference in the unit's points); '' when not comparable.
-    Noise-aware (asv's convention): '~' in front when the paper's value lies inside the measured interval (the
-    difference is within the noise), ' (no spread)' after it when the value has no interval (a point value: an
-    exact count, or a measurement whose spread was not recorded)."""
-    v, p, how = nums.get("value"), nums.get("paper"), nums.get("compare")
-    if v is None or p is None or how is None:
-        return ""
+def measured_text(nums: dict, check: dict | None = None) -> str:
+    """The headline's measured cell: value [interval] unit. A decided check whose rule names an interval but whose
+    numbers carry none (a verdict judged before the judges recorded it) says so instead of passing for a point."""
+    text = value_text(nums)
+    if text != "-" and nums.get("unit"):
+        text += f" {nums['unit']}"
+    if missing_interval(nums, check):
+        text += " (deciding interval not recorded)"
+    return text
+
+
+def missing_interval(nums: dict, check: dict | None) -> bool:
+    """Whether a decided headline check was decided by an interval (its ``interval`` text) that its numbers lack."""
+    return bool(check and check.get("passed") is not None and check.get("interval") and nums.get("value") is not None
+                and (nums.get("lo") is None or nums.get("hi") is None))
+
+
+# the direction words of a difference (asv's convention), by what the unit measures: (measured above, below)
+FASTER_UNITS = ("speed-up", "speedup", "/s", "per second", "less time", "throughput")
+TIME_UNITS = ("s", "ms", "us", "ns", "min", "h", "seconds", "sec", "minutes", "hours")
+MEMORY_UNITS = ("b", "byte", "bytes", "kib", "mib", "gib", "kb", "mb", "gb", "sbh", "as^2b", "memory", "params")
+
+
+def direction_words(unit) -> tuple[str, str]:
+    """(word when the measured value is above the other, word when below): time is slower above, a speed-up or
+    a throughput is faster above, memory and counts are larger above, anything else is higher above."""
+    u = str(unit or "").strip().lower()
+    if any(k in u for k in FASTER_UNITS):
+        return "faster", "slower"
+    if u in TIME_UNITS or u.endswith((" s", " ms", "(s)", "(ms)")) or "time" in u or "latency" in u:
+        return "slower", "faster"
+    if u in MEMORY_UNITS or "memory" in u or u.endswith((" bytes", " gib", " mib")):
+        return "larger", "smaller"
+    return "higher", "lower"
+
+
+def mark(a: float, b: float, how: str, unit, *, within: bool, spread: bool) -> str:
+    """a against b, the one rule of every comparison on the pages (asv's convention): a ratio ('1.44x slower') or a
+    difference in the unit's points ('-2.69 pp slower'); '~' in front and no direction word when the difference
+    lies within the noise; '(no spread)' after it when neither side has a spread (a point value: an exact count,
+    or a measurement whose spread was not recorded); 'equal' when the two are the same number."""
     if how == "ratio":
-        if not p:
-            return ""
-        text = f"x{v / p:.3g}"
+        text = f"{a / b:.3g}x"
+        if text == "1x" and a != b:  # a difference the third digit hides: as many as show it
+            text = f"{a / b:.6g}x"
     else:
-        text = f"{v - p:+.3g}"
-    lo, hi = nums.get("lo"), nums.get("hi")
-    if lo is None or hi is None:
-        return text + " (no spread)" if v != p else text
-    return ("~" + text) if lo <= p <= hi else text
+        text = f"{a - b:+.3g}" + (" pp" if is_percent(unit) else "")
+    if a == b:
+        text += " equal"
+    elif within:
+        text = "~" + text
+    else:
+        up, down = direction_words(unit)
+        text += f" {up if a > b else down}"
+    return text if spread else text + " (no spread)"
+
+
+def compare_parts(nums: dict) -> tuple[str, str]:
+    """(the measured value against the paper's number by :func:`mark`, '' when not comparable; the criterion that
+    decided the check, 'suite: > 0.1' for a threshold of the suite's own, 'paper: > 1x' for the paper's, '' when the
+    judge gave none)."""
+    v, p, how = nums.get("value"), nums.get("paper"), nums.get("compare")
+    versus_paper = ""
+    if v is not None and p is not None and how is not None and (p or how != "ratio"):
+        lo, hi = nums.get("lo"), nums.get("hi")
+        spread = lo is not None and hi is not None
+        versus_paper = mark(v, p, how, nums.get("unit"), within=spread and lo <= p <= hi, spread=spread)
+    rule = ""
+    if nums.get("rule"):
+        rule = f"{nums.get('criterion') or 'paper'}: {nums['rule']}"
+        if not versus_paper and v is not None and (nums.get("lo") is None or nums.get("hi") is None):
+            rule += " (no spread)"  # decided on a point value
+    return versus_paper, rule
+
+
+def compare_text(nums: dict) -> str:
+    """The 'vs paper' cell: the measured value against the paper's number by :func:`mark` ('~' when the paper's
+    value lies inside the measured interval), then the criterion that decided the check when the judge gave one
+    ('suite: > 0.1' for a threshold of the suite's own, 'paper: > 1x' for the paper's); '' when neither."""
+    return "; ".join(x for x in compare_parts(nums) if x)
 
 
 PERCENT_UNITS = ("percent", "%", "pct", "percent points")
@@ -83,17 +156,25 @@ def is_percent(unit) -> bool:
         ("percent", "% ")))
 
 
-def versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool) -> str:
+def versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool,
+           unit: str | None = None) -> str:
     """a against b, the rule of the compare pages and the claim pages' 'vs published': a difference in points for
     percentages, else a ratio; '~' when the difference lies within the two spreads (noise), so only differences
-    beyond the noise stand out."""
+    beyond the noise stand out. With ``unit``, by :func:`mark`: the direction word ('1.44x slower' for a time,
+    '0.697x slower' for tokens/s) and '(no spread)' when neither side has one."""
     if a is None or b is None:
         return ""
     noise = (sa or 0.0) + (sb or 0.0)
-    within = "~" if noise > 0 and abs(a - b) <= noise else ""
+    within = noise > 0 and abs(a - b) <= noise
+    if not percent and not b:
+        return ""
+    if unit is not None:
+        return mark(a, b, "difference" if percent else "ratio", "%" if percent else unit, within=within,
+                    spread=noise > 0)
+    within = "~" if within else ""
     if percent:
         return f"{within}{a - b:+.3g} pp"
-    return f"{within}{a / b:.3g}x" if b else ""
+    return f"{within}{a / b:.3g}x"
 
 
 HEADLINES = Path(__file__).resolve().parents[1] / "registry" / "headlines.yaml"
@@ -109,19 +190,65 @@ def headline_name(claim: str | None, check: dict) -> str:
     return str(_headlines().get(claim) or check.get("name", "?"))
 
 
+def where_text(claim: str | None, key: str | None) -> str:
+    """Where the paper states the number of registry key ``key``: 'Michel et al. 2019, Fig. 3' ('' when unknown)."""
+    if not key:
+        return ""
+    from repro import registry
+
+    data = registry.load()
+    ids = ([claim] if claim in data["claims"] else []) + [c for c in data["claims"] if c != claim]
+    for cid in ids:
+        for v in data["claims"][cid].get("values") or []:
+            if v.get("key") == key:
+                src = data["sources"].get(v.get("source"), {})
+                year = registry._YEAR_RE.search(str(src.get("venue", "")))
+                who = registry._short_authors(str(src.get("authors", ""))) + (f" {year.group(0)}" if year else "")
+                where = re.split(r" \(|;", str(v.get("where") or ""), maxsplit=1)[0].strip()
+                return ", ".join(x for x in (who.strip(), where) if x)
+    return ""
+
+
+def paper_cell(nums: dict, claim: str | None = None) -> str:
+    """The headline's paper cell: the paper's number (or its words when it states no number in this unit) and
+    where it states it, from the registry ('20 (Michel et al. 2019, Section 4)')."""
+    text = paper_text(nums)
+    where = where_text(claim, nums.get("source"))
+    return f"{text} ({where})" if where and text != "-" else (where if where else text)
+
+
 def cells(verdict: dict, limit: int = 60) -> dict:
-    """The headline of one verdict as short cells: name (the paper's words, from the registry), unit, value, paper,
-    compare (and the check itself)."""
+    """The headline of one verdict as short cells: name (the paper's words, from the registry), unit, value
+    (value [interval] unit), paper (number and where), compare (vs paper and the deciding criterion), criterion
+    ("paper"/"suite"), and the check itself."""
     c = headline_check(verdict)
     if c is None:
-        return {"name": "-", "unit": "", "value": "-", "paper": "-", "compare": "", "check": None}
+        return {"name": "-", "unit": "", "value": "-", "paper": "-", "compare": "", "mark": "", "rule": "",
+                "criterion": "", "check": None}
     name = clip(headline_name(verdict.get("claim"), c), limit)
     nums = c.get("numbers")
     if nums is None:  # judged before the judges gave numbers: the measured text, shortened
         return {"name": name, "unit": "", "value": clip(str(c.get("measured")), limit),
-                "paper": clip(str(c.get("expected")), limit), "compare": "", "check": c}
-    return {"name": name, "unit": nums.get("unit") or "", "value": value_text(nums),
-            "paper": clip(paper_text(nums), limit), "compare": compare_text(nums), "check": c}
+                "paper": clip(str(c.get("expected")), limit), "compare": "", "mark": "", "rule": "", "criterion": "",
+                "check": c}
+    versus_paper, rule = compare_parts(nums)
+    return {"name": name, "unit": nums.get("unit") or "", "value": measured_text(nums, c),
+            "paper": clip(paper_cell(nums, verdict.get("claim")), limit), "compare": compare_text(nums),
+            "mark": versus_paper, "rule": rule, "criterion": nums.get("criterion") or "paper", "check": c}
+
+
+# the headline row of the matrix, every index and every claim page, in this order
+COLUMNS = ("claim", "paper", "measured [interval]", "vs paper", "verdict")
+
+
+def row(verdict: dict, claim: str, verdict_cell: str, limit: int = 60) -> dict:
+    """One headline row (:data:`COLUMNS`): ``claim`` (the caller's cell: id, link) with the headline's name in the
+    paper's words, the paper's number and where, the measured value with the interval that decided it, the
+    comparison with the criterion, and ``verdict_cell``."""
+    h = cells(verdict, limit)
+    name = h["name"] if h["check"] is not None else ""
+    return {"claim": f"{claim}: {name}" if name else claim, "paper": h["paper"], "measured [interval]": h["value"],
+            "vs paper": h["compare"], "verdict": verdict_cell}
 
 
 def record(verdict: dict) -> dict:
@@ -130,7 +257,8 @@ def record(verdict: dict) -> dict:
     nums = (c or {}).get("numbers") or {}
     return {"headline": (c or {}).get("name"), "headline_holds": (c or {}).get("passed"),
             "value": nums.get("value"), "lo": nums.get("lo"), "hi": nums.get("hi"), "unit": nums.get("unit"),
-            "paper": nums.get("paper"), "paper_text": nums.get("paper_text"), "compare": nums.get("compare")}
+            "paper": nums.get("paper"), "paper_text": nums.get("paper_text"), "compare": nums.get("compare"),
+            "criterion": (nums.get("criterion") or "paper") if nums else None, "rule": nums.get("rule")}
 
 
 def clip(text: str, limit: int) -> str:

@@ -278,9 +278,10 @@ def flag_cells(cells: list[Cell], history: bool = True) -> list[Cell]:
 
 
 def _columns(cells: list[Cell]) -> list[tuple[str, str, str]]:
-    """(source kind, hardware, scale): by scale, this checkout's runs before the references."""
+    """(source kind, hardware, scale): by scale (the default first, smoke-test scales last: headline.scale_key),
+    this checkout's runs before the references."""
     cols = {c.column for c in cells}
-    return sorted(cols, key=lambda k: (SCALES.index(k[2]) if k[2] in SCALES else 9, k[2], k[0] != RUN, k[1]))
+    return sorted(cols, key=lambda k: (headline.scale_key(k[2]), k[0] != RUN, k[1]))
 
 
 def _rows(cells: list[Cell]) -> list[str]:
@@ -397,23 +398,29 @@ def _headline_of_row(cells: list[Cell]) -> dict:
     """The row's headline name and paper value, from its freshest cell (this checkout's run first)."""
     best = sorted(cells, key=lambda c: (bool(c.origin and c.origin.stale), c.kind != RUN,
                                         "numbers" not in (headline.headline_check(c.verdict) or {})))
-    return headline.cells(best[0].verdict, 44) if best else headline.cells({}, 44)
+    return headline.cells(best[0].verdict, 64) if best else headline.cells({}, 64)
 
 
 def _measured(c: Cell) -> tuple[str, str]:
-    """(value with interval, difference from the paper) of a cell's headline; ('-', '') without numbers."""
-    h = headline.cells(c.verdict, 40)
+    """(value [interval] unit, its difference from the paper's number) of a cell's headline; ('-', '') without
+    numbers. The criterion is stated once, on the claim's first row."""
+    h = headline.cells(c.verdict, 64)
     if h["check"] is None or not h["check"].get("numbers"):
         return "-", ""
-    return h["value"], h["compare"]
+    return h["value"], h["mark"]
 
 
-MATRIX_INTRO = ("One table per scale: each claim's headline and the paper's number, then one line per column (a "
-                "machine: this checkout's runs, `results/`, or a committed reference, `references/results/`) "
-                "with the measured value and its interval, the difference from the paper (x: ratio of like "
-                "quantities; +-: points of the unit) and the verdict, linked to the claim's page. ~~struck~~ "
-                "stale: the checkout's measurement code differs from the code that measured it; @commit: "
-                "measured at another commit than the rest of its column; flag n: the verdict differs from "
+MATRIX_INTRO = ("One table per scale (the default first, the smoke test last), in the columns of every index and "
+                "claim page: per claim a first row with its headline in the paper's words, the paper's number and "
+                "where the paper states it, and the criterion that decides it ('paper: > 1x' when it is the "
+                "paper's, 'suite: > 0.1' when it is a threshold of the suite's own, never the paper's number); then "
+                "one row per column (a machine: this checkout's runs, `results/`, or a committed reference, "
+                "`references/results/`) with the measured value and the interval that decided it, how it stands "
+                "against the paper's number ('1.44x slower', '-2.7 pp slower': a ratio of like quantities or a "
+                "difference in the unit's points, with its direction; '~': the paper's value lies inside the "
+                "interval, within the noise; '(no spread)': a point value) and the verdict, linked to the claim's "
+                "page. ~~struck~~ stale: the checkout's measurement code differs from the code that measured it; "
+                "@commit: measured at another commit than the rest of its column; flag n: the verdict differs from "
                 "another column's (see Flags).")
 MATRIX_FOOTER = ("The same table as CSV, one row per machine x scale x claim: `matrix.csv` (docs/results.md). "
                  "Timing and memory of every machine side by side: `compare/<scale>/`. Made by "
@@ -433,40 +440,27 @@ def _page_link(c: Cell, links: list[str], base: Path) -> str | None:
 
 def _claim_lines(claim: str, scols: list, index: dict, letters: dict, info: dict, fnum: dict, links: list[str],
                  base: Path) -> list[str]:
-    """One claim's rows of a scale's table: its headline and the paper's number on the first, then one line per
-    column with a result (measured, vs paper, verdict); 'not run' when no column has one."""
+    """One claim's rows of a scale's table (headline.COLUMNS, then the column letter): a first row with its
+    headline in the paper's words, the paper's number and where, and the criterion that decides it (under 'vs
+    paper': 'suite: > 0.1' or 'paper: > 1x'), then one row per column with a result (measured [interval], its
+    difference from the paper, verdict); 'not run' when no column has one."""
     row_cells = [index[(claim, *col)] for col in scols if (claim, *col) in index]
     code = registry.claim(claim)["code"] + " " if claim in registry.claim_ids() else ""
     if not row_cells:  # registered, no results in any column at this scale
-        return [f"| {code}{claim} | - | - | - | - | | not run |"]
+        return [f"| {code}{claim} | - | - | | not run | |"]
     h = _headline_of_row(row_cells)
-    unit = f" ({headline.clip(h['unit'], 24)})" if h["unit"] else ""
-    trial = list(links)  # the page links are numbered once, by the rows kept
-    lines = _column_rows(claim, code, h, unit, 68, scols, index, letters, info, fnum, trial, base)
-    overflow = len(lines[0]) - WIDTH if lines else 0
-    if overflow > 0:  # a long verdict cell (flags, @commit): the headline's name gives way
-        trial = list(links)
-        lines = _column_rows(claim, code, h, unit, 68 - overflow, scols, index, letters, info, fnum, trial, base)
-    links[:] = trial
-    return lines
-
-
-def _column_rows(claim: str, code: str, h: dict, unit: str, budget: int, scols: list, index: dict, letters: dict,
-                 info: dict, fnum: dict, links: list[str], base: Path) -> list[str]:
-    """A claim's table rows, its headline's name and unit clipped to ``budget`` characters."""
-    first = [f"{code}{claim}", md_cell(headline.clip(h["name"], max(budget - len(unit), 12)) + unit),
-             md_cell(headline.clip(h["paper"], 36))]
-    lines = []
+    name = f"{code}{claim}: " + h["name"] if h["check"] is not None else f"{code}{claim}"
+    lines = ["| " + " | ".join([md_cell(headline.clip(name, 80)), md_cell(headline.clip(h["paper"], 64)), "",
+                                md_cell(headline.clip(h["rule"], 48)), "", ""]) + " |"]
     for col in scols:
         c = index.get((claim, *col))
         if c is None:
             continue
         link = _page_link(c, links, base)
         value, diff = _measured(c)
-        lines.append("| " + " | ".join(first + [letters[col], md_cell(value), md_cell(diff),
-                                                 _verdict_cell(c, info[col]["commit"], fnum.get(id(c), []),
-                                                               link)]) + " |")
-        first = ["", "", ""]
+        lines.append("| " + " | ".join(["", "", md_cell(headline.clip(value, 72)), md_cell(diff),
+                                        _verdict_cell(c, info[col]["commit"], fnum.get(id(c), []), link),
+                                        letters[col]]) + " |")
     return lines
 
 
@@ -487,8 +481,7 @@ def _scale_lines(scale: str, cols: list, rows: list[str], cells: list[Cell], ind
     scols = [col for col in cols if col[2] == scale]
     letters = dict(zip(scols, _letters(len(scols))))
     info = {col: column_info(cells, col) for col in scols}
-    lines = [f"## Scale `{scale}`", "", "| claim | headline | paper | column | measured | vs paper | verdict |",
-             "|---|---|---|---|---:|---:|---|"]
+    lines = [f"## Scale `{scale}`", "", "| " + " | ".join(headline.COLUMNS) + " | column |", "|---|---|---:|---|---|---|"]
     for claim in rows:
         lines += _claim_lines(claim, scols, index, letters, info, fnum, links, base)
     return lines + _column_lines(scols, letters, info)
@@ -556,7 +549,7 @@ def matrix_records(results_root: str | Path, history: bool = False, references_r
     cells, _, _ = build(results_root, history, references_root, reports_root)
     fnum = _flag_numbers(cells)  # the flags matrix.md shows beside each cell (both cells of a machine flag)
     out = []
-    for c in sorted(cells, key=lambda c: (c.scale, c.kind, c.hardware, c.claim)):
+    for c in sorted(cells, key=lambda c: (headline.scale_key(c.scale), c.kind, c.hardware, c.claim)):
         keys = recorded_keys(c.verdict)
         out.append({"hardware": c.hardware, "scale": c.scale, "source": "reference" if c.kind != RUN else "run",
                     "claim": c.claim, "verdict": c.status, **headline.record(c.verdict), "commit": c.commit(),
@@ -594,7 +587,7 @@ def matrix_html(results_root: str | Path, history: bool = True, link=None, refer
         letters = dict(zip(scols, _letters(len(scols))))
         info = {col: column_info(cells, col) for col in scols}
         out.append(f'<h3>Scale {esc(scale)}</h3><table class="repro-matrix"><thead><tr><th>claim</th>'
-                   '<th>headline</th><th>paper</th>')
+                   '<th>paper</th>')
         out += [f'<th title="{esc(info[col]["hardware"])}">{letters[col]}<br><code>{esc(info[col]["hardware"])}'
                 f'</code><br>{esc(info[col]["source"])}</th>' for col in scols]
         out.append("</tr></thead><tbody>")
@@ -607,15 +600,16 @@ def matrix_html(results_root: str | Path, history: bool = True, link=None, refer
             if link is not None and any(link(c) for c in row_cells):
                 name = f"<a href=\"javascript:app.showCategory('{esc(claim)}')\">{name}</a>"
             h = _headline_of_row(row_cells)
-            out.append(f'<tr><th>{name}</th><td class="headline">{esc(h["name"])}'
-                       f'{" (" + esc(h["unit"]) + ")" if h["unit"] else ""}</td><td class="paper">{esc(h["paper"])}</td>')
+            out.append(f'<tr><th>{name}<br><span class="headline">{esc(h["name"])}</span></th>'
+                       f'<td class="paper">{esc(h["paper"])}'
+                       + (f'<br><small>{esc(h["rule"])}</small>' if h["rule"] else "") + "</td>")
             for col in scols:
                 c = index.get((claim, *col))
                 if c is None:
                     out.append('<td class="none">-</td>')
                     continue
-                hc = headline.cells(c.verdict, 40)
-                value = hc["value"] if hc["check"] is not None and hc["check"].get("numbers") else ""
+                value, versus = _measured(c)
+                value = "" if value == "-" else value
                 flags = "".join(f' <span class="flag">flag {n}</span>' for n in fnum.get(id(c), []))
                 verdict = f'<span class="verdict">{esc(c.status)}</span>'
                 href = link(c) if link is not None else None
@@ -624,7 +618,7 @@ def matrix_html(results_root: str | Path, history: bool = True, link=None, refer
                 stale = " stale" if c.origin and c.origin.stale else ""
                 title = f' title="{esc(c.origin.stale)}"' if stale else ""
                 out.append(f'<td class="v-{esc(c.status)}{stale}"{title}><span class="measured">{esc(value)}</span> '
-                           f'{esc(hc["compare"])} {verdict}{flags}</td>')
+                           f'{esc(versus)} {verdict}{flags}</td>')
             out.append("</tr>")
         out.append("</tbody></table><p><small>")
         out.append("; ".join(f'{letters[col]}: <code>{esc(info[col]["hardware"])}</code> {esc(info[col]["source"])}, '

@@ -49,12 +49,17 @@ def md_cell(text) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _table(frame: pd.DataFrame) -> str:
-    """A markdown table of ``frame`` whose every row has the header's cell count (pipes in cells escaped)."""
+def _table(frame: pd.DataFrame, compact: bool = False) -> str:
+    """A markdown table of ``frame`` whose every row has the header's cell count (pipes in cells escaped);
+    ``compact``: cells not padded to their column's width (each line as long as its own cells: the index)."""
     if not len(frame):
         return "_none_"
     safe = frame.map(lambda v: md_cell(v) if isinstance(v, str) else v)
     safe.columns = [md_cell(c) for c in frame.columns]
+    if compact:
+        rows = [list(safe.columns), ["---"] * len(safe.columns)] + [[_fmt(v) for v in r]
+                                                                    for r in safe.itertuples(index=False)]
+        return "\n".join("| " + " | ".join(str(c) for c in r) + " |" for r in rows)
     return safe.to_markdown(index=False, disable_numparse=True)
 
 
@@ -155,22 +160,16 @@ def _check_details(checks: list[dict]) -> list[str]:
 
 
 def headline_blocks(verdict: dict) -> list[tuple]:
-    """The page's first table: the headline check's measured value beside the paper's, and the verdict, with a
-    short why line (the verdict's reason, cut at a clause)."""
-    h = headline.cells(verdict, 120)
-    c = h["check"]
-    if c is None:  # judged before headlines were marked
-        row = {"headline": "none marked (judged by an older rule)", "measured": "-", "paper": "-", "holds": "-",
-               "verdict": f"**{verdict['verdict']}**"}
-        return [("table", pd.DataFrame([row])), ("p", "Why: " + shorten(" ".join(str(verdict.get("reason", "")).split()),
-                                                                      300))]
-    has_numbers = bool(c.get("numbers"))
-    row = {"headline": h["name"] + (f" ({h['unit']})" if h["unit"] else ""),
-           "measured": h["value"] if has_numbers else headline.clip(str(c.get("measured")), 120),
-           "paper": h["paper"]}
-    if h["compare"]:
-        row["vs paper"] = h["compare"]
-    row.update({"holds": HOLDS.get(c.get("passed"), str(c.get("passed"))), "verdict": f"**{verdict['verdict']}**"})
+    """The page's first table, the headline row of the matrix and the index (headline.COLUMNS): the headline in
+    the paper's words, the paper's number and where, the measured value with the interval that decided it, the
+    comparison and the criterion, and the verdict; then a short why line (the verdict's reason, cut at a clause;
+    the verdict section has it in full)."""
+    claim = str(verdict.get("claim") or "")
+    row = headline.row(verdict, claim, f"**{verdict['verdict']}**", 100)
+    if headline.headline_check(verdict) is None:  # judged before headlines were marked
+        row["claim"] = f"{claim}: none marked (judged by an older rule)"
+    elif not headline.headline_check(verdict).get("numbers"):
+        row["measured [interval]"] = headline.clip(str(headline.headline_check(verdict).get("measured")), 120)
     return [("table", pd.DataFrame([row])), ("p", "Why: " + shorten(" ".join(str(verdict.get("reason", "")).split()),
                                                                   300))]
 
@@ -242,25 +241,44 @@ def claim_info(claim: str) -> dict:
     return registry.claim(claim) if claim in registry.claim_ids() else ARTEFACT_PAGES[claim]
 
 
-def _vs_published(v, p, u, pu) -> str:
-    """A measured value against the published one by the compare pages' rule (headline.versus): like quantities
-    only, '' where the units differ or either is not a number."""
-    ok = isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and u == pu
-    return headline.versus(v, None, p, None, headline.is_percent(u)) if ok and (p or headline.is_percent(u)) else ""
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and pd.isna(x)) or str(x).strip() in ("", "nan")
+
+
+def _vs_published(v, s, p, u, pu) -> str:
+    """A measured value (spread ``s``) against the published one by the one rule of every comparison
+    (headline.versus, with the direction word and 'no spread'): like quantities only, '' where the units differ
+    or either is not a number (a row without a unit is taken in the published one)."""
+    same = _missing(u) or _missing(pu) or u == pu
+    ok = isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and same
+    unit = pu if _missing(u) else u
+    spread = None if _missing(s) else float(s)
+    return headline.versus(v, spread, p, None, headline.is_percent(unit), unit=str(unit or "")) \
+        if ok and (p or headline.is_percent(unit)) else ""
+
+
+def drop_empty(frame: pd.DataFrame, keep: tuple = ()) -> pd.DataFrame:
+    """``frame`` without the columns whose every cell is empty ('', None, NaN), except ``keep``: a column of empty
+    cells says nothing."""
+    empty = [c for c in frame.columns if c not in keep and all(_missing(x) for x in frame[c])]
+    return frame.drop(columns=empty)
 
 
 def _published_blocks(metrics: pd.DataFrame) -> list[tuple]:
-    """'Measured beside published': the metrics rows with a published value, each set against it."""
+    """'Measured beside published': the metrics rows with a published value, each set against it; columns with
+    nothing in them (no comparable row, no unit) dropped, so a table of empty cells never shows."""
     pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
     if not len(pub):
         return []
-    diff = [_vs_published(v, p, u, pu) for v, p, u, pu in zip(pub["value"], pd.to_numeric(pub["published_value"],
-                                                                                            errors="coerce"),
-                                                               pub["unit"], pub.get("published_unit", pub["unit"]))]
+    spread = pub["spread"] if "spread" in pub else [None] * len(pub)
+    diff = [_vs_published(v, s, p, u, pu) for v, s, p, u, pu in zip(
+        pub["value"], spread, pd.to_numeric(pub["published_value"], errors="coerce"), pub["unit"],
+        pub.get("published_unit", pub["unit"]))]
     table = pd.DataFrame({"metric": pub["metric"], "setting": pub["sweep"].map(_sweep_text),
                           "measured": pub["value"].map(_fmt), "published": pub["published_value"].map(_fmt),
-                          "vs published": diff, "unit": pub["unit"], "source": pub["source"]})
-    return [("h2", "Measured beside published"), ("table", table)]
+                          "vs published": diff, "unit": [("" if _missing(u) else u) for u in pub["unit"]],
+                          "source": pub["source"]})
+    return [("h2", "Measured beside published"), ("table", drop_empty(table, keep=("metric", "measured")))]
 
 
 def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
@@ -436,11 +454,37 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
     return page
 
 
+WHY = 80  # characters of a verdict's reason an index cell shows; the claim page has it in full
+
+
+def why_text(verdict: dict, limit: int = WHY) -> str:
+    """The index's why cell, one clause of at most ``limit`` characters ('...' when cut; the claim page has the
+    reason in full): for an undecided or failing headline, why (its reason undecided, or its measured text's first
+    clause), else the reason's first clause ('26/26 decided checks hold')."""
+    def first(text) -> str:
+        text = " ".join(str(text or "").split())
+        return re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
+
+    c = headline.headline_check(verdict)
+    status = str(verdict.get("verdict"))
+    if c is not None and status == "inconclusive" and c.get("passed") is None and c.get("undecided_because"):
+        return headline.clip("undecided: " + first(c["undecided_because"]), limit)
+    if c is not None and status == "not_reproduced" and c.get("passed") is False:
+        return headline.clip("fails: " + first(c.get("measured")), limit)
+    return headline.clip(first(verdict.get("reason")), limit)
+
+
+def _name(claim: str) -> str:
+    """A claim's headline in the paper's words (repro/registry/headlines.yaml), else its title."""
+    return headline.headline_name(claim, {"name": claim_info(claim)["title"]})
+
+
 def index_page(results_root: str | Path, reports_root: str | Path, hardware: str, scale: str, out: str | Path,
                kind: str = RUN) -> Path:
-    """Every registered claim with its verdict on this hardware and scale and where it came from (this checkout's
-    run or a reference, commit, time, stale); a claim without results shows ``not run`` when it is implemented
-    (registry.implemented_claims) and ``not_implemented`` when it has none."""
+    """Every registered claim with its headline row (headline.COLUMNS: the same columns in the same order as the
+    matrix and the claim pages), a short why (the reason's first clause; the page has it in full) and where it
+    came from (this checkout's run or a reference, commit, time, stale); a claim without results shows ``not
+    run`` when it is implemented (registry.implemented_claims) and ``not_implemented`` when it has none."""
 
     res = Path(results_root) / hardware / scale
     rows = []
@@ -451,30 +495,35 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
         vpath = res / claim / "verdict.json"
         if vpath.exists():
             v = read_verdict(vpath)
-            h = headline.cells(v, 60)
-            has = bool(h["check"] and h["check"].get("numbers"))
-            rows.append({"id": info["code"], "claim": f"[{claim}]({claim}.md)", "title": info["title"],
-                         "verdict": f"**{v['verdict']}**", "headline": h["name"] + (f" ({h['unit']})" if h["unit"] else ""),
-                         "measured": h["value"] if has else "-", "paper": h["paper"], "vs paper": h["compare"],
-                         "why": shorten(" ".join(v["reason"].split()), 160), when: origin_of(v, kind, claim).short()})
+            row = headline.row(v, f"[{claim}]({claim}.md)", f"**{v['verdict']}**", 72)
+            check = headline.headline_check(v)
+            if check is not None and not check.get("numbers"):
+                row["measured [interval]"] = "-"
+            rows.append({"id": info["code"], **row, "why": why_text(v),
+                         when: origin_of(v, kind, claim).short()})
         elif claim in implemented:
-            rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not run",
-                         "why": f"no results for this hardware and scale yet: snakemake claim_{claim} "
-                                   f"--config scale={scale}", when: ""})
+            rows.append({"id": info["code"], "claim": f"{claim}: {_name(claim)}", "paper": "", "measured [interval]":
+                         "", "vs paper": "", "verdict": "not run", "why": f"not run here: snakemake "
+                         f"claim_{claim} --config scale={scale}", when: ""})
         else:
-            rows.append({"id": info["code"], "claim": claim, "title": info["title"], "verdict": "not_implemented",
-                         "why": "no workflow yet", when: ""})
-    frame = pd.DataFrame(rows)
+            rows.append({"id": info["code"], "claim": f"{claim}: {_name(claim)}", "paper": "", "measured [interval]":
+                         "", "vs paper": "", "verdict": "not_implemented", "why": "no workflow yet", when: ""})
+    frame = pd.DataFrame(rows, columns=["id", *headline.COLUMNS, "why", when]).fillna("")
     out = Path(out)
     matrix = os.path.relpath(Path(reports_root) / "matrix.md", out.parent)
     counts = frame["verdict"].str.strip("*").value_counts().to_dict()
     title = "committed reference run" if kind != RUN else "this checkout's run"
     lines = [f"# Reproduction index: hardware `{hardware}`, scale `{scale}` ({title})", "",
-             "Each claim's headline beside the paper's number (docs/verdicts.md). `measured by`: `run` (this "
+             "Each claim's headline row, as in the verdict matrix and on the claim's page (docs/verdicts.md): the "
+             "paper's number and where it states it, the measured value with the interval that decided the "
+             "verdict, and how the two compare ('~': the paper's value lies within the interval; 'suite: ...': "
+             "decided on the suite's own criterion, not a number of the paper's).",
+             "`why`: the reason's first clause (the claim's page has it in full). `measured by`: `run` (this "
              "checkout's results/) or `ref` (a committed reference), the commit that measured the claim and when "
-             "(UTC); **stale** when the checkout's measurement code differs. Every machine and scale side by side: "
-             f"[the verdict matrix]({matrix}). A reason cut short ends in (...); the claim's page has it in full.", "",
-             "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame), ""]
+             "(UTC); **stale** when the checkout's measurement code differs.",
+             f"Every machine and scale side by side: [the verdict matrix]({matrix}).", "",
+             "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame, compact=True),
+             ""]
     lines += runtime.time_per_rule_md(results_root, hardware, scale)  # where the run's time went
     atomic_write_text(out, "\n".join(lines))
     return out
