@@ -68,7 +68,7 @@ def test_tiny_run(tiny_model, tmp_path):
     assert all(0 <= r["value"] <= 100 for r in by("prunable_fraction"))
     write_results(tmp_path, fingerprint=fingerprint(), claim="head_pruning", scale="tiny", metrics=rows, verdict=verdict, config=params)
     figs = plots(read_metrics(tmp_path), ResultFiles.of(tmp_path), tmp_path)
-    assert {f for f, _ in figs} == {"ablation.png", "pruning_curve.png", "l0_budgets.png", "speedup.png"}
+    assert {f for f, _ in figs} == {"headline.png", "ablation.png", "pruning_curve.png", "l0_budgets.png", "speedup.png"}
     assert all((tmp_path / f).stat().st_size > 0 for f, _ in figs)
 
 

@@ -145,8 +145,8 @@ def test_tiny_run(tiny_models):
 
     write_results(out, fingerprint=fingerprint(), claim=C, scale="tiny", metrics=rows, verdict=verdict, config=params)
     figs = plots(read_metrics(out), ResultFiles.of(out), out)
-    assert {f for f, _ in figs} == {"block_influence.png", "angular_distance.png", "quality_vs_removed.png",
-                                    "healing.png"}
+    assert {f for f, _ in figs} == {"headline.png", "block_influence.png", "angular_distance.png",
+                                    "quality_vs_removed.png", "healing.png"}
 
 
 def _rows(lm_ppl, bleu_dec, heal_nll, lm_bi=(0.4, 0.2, 0.1, 0.15), argmin=(2, 1, 0), unigram=300.0):
