@@ -477,8 +477,8 @@ def _level_numbers(levels: list[tuple], deciding: list[tuple], passed: bool | No
         return numbers(None, f"{quantity} drop", paper_text=f"no noticeable loss up to {paper:g}% of the heads",
                        criterion="suite", rule=rule, source=source)
     fr, delta, _, iv = at
-    return numbers(-delta if _finite(delta) else None, f"{quantity} drop at {100 * fr:.0f}% of the heads pruned "
-                   f"(lossless up to {lossless_pct:.0f}%)",
+    return numbers(-delta if _finite(delta) else None, f"{quantity} drop, {100 * fr:.0f}% pruned (lossless to "
+                   f"{lossless_pct:.0f}%)",
                    lo=iv[0] if iv else None, hi=iv[1] if iv else None,
                    paper_text=f"no noticeable loss up to {paper:g}% of the heads", criterion="suite", rule=rule,
                    source=source)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from repro import registry
+
 VERDICT_ORDER = {False: 0, None: 1, True: 2}
 # the order scales are listed in wherever several are shown: the default first, the smoke test (tiny) last
 SCALE_ORDER = ("default", "paper", "tiny")
@@ -194,8 +196,6 @@ def where_text(claim: str | None, key: str | None) -> str:
     """Where the paper states the number of registry key ``key``: 'Michel et al. 2019, Fig. 3' ('' when unknown)."""
     if not key:
         return ""
-    from repro import registry
-
     data = registry.load()
     ids = ([claim] if claim in data["claims"] else []) + [c for c in data["claims"] if c != claim]
     for cid in ids:

@@ -27,6 +27,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # figures go to files only; set before pyplot is imported
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
@@ -134,7 +135,6 @@ def save_headline(fig, ax, out_dir, name: str, xlabel: str, title: str, caption:
 
 def plain_log_ticks(ax, axis: str, ticks) -> None:
     """Plain numbers as the ticks of a log axis (``ticks``: the values to label), no overlapping minor labels."""
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
 
     target = ax.xaxis if axis == "x" else ax.yaxis
     kept = []
