@@ -223,14 +223,14 @@ def test_paper_true_rows_reproduce():
     # the deciding level's accuracy drop with its interval; the lossless run ends at 58 of 144 heads (40.3%)
     nums = head["numbers"]
     assert head["passed"] and nums["value"] == pytest.approx(-0.1) and nums["lo"] < nums["value"] < nums["hi"]
-    assert "(lossless up to 40%)" in nums["unit"]
+    assert "(lossless to 40%)" in nums["unit"]
 
 
 def test_the_measured_prunable_fraction_may_pass_the_papers():
     """Decided on the levels up to 40%; the headline says where the lossless run of levels ends (60% here)."""
     v = _judge(_rows(lambda f: (0.1, -0.4, 0.5) if f < 0.65 else (-30.0, -31.0, -29.0)))
     head = [c for c in v["checks"] if c["headline"]][0]
-    assert v["verdict"] == "reproduced" and "(lossless up to 60%)" in head["numbers"]["unit"]  # 86 of 144 heads
+    assert v["verdict"] == "reproduced" and "(lossless to 60%)" in head["numbers"]["unit"]  # 86 of 144 heads
 
 
 def test_null_rows_are_inconclusive():

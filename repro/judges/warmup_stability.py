@@ -328,16 +328,19 @@ def _pre_beats_post_check(g: Grid, params: dict, T: dict) -> dict:
 
 def _scalenorm_checks(g: Grid, params: dict, T: dict) -> list[dict]:
     """Secondary (Nguyen & Salazar): PreNorm + ScaleNorm + FixNorm without warm-up within ``fail_margin_nats`` of
-    the Pre-LN warm-up control, per learning rate."""
+    the warm-up control, per learning rate: Pre-LN with warm-up where it was trained (at that lr, else the highest),
+    else the Post-LN warm-up baseline."""
     L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
     margin = T["fail_margin_nats"]
     checks = []
     for lr, runs in [(k[4], runs) for k, runs in sorted(g.by.items()) if k[0] == "scalenorm" and k[2]]:
-        ref = g.layernorm("pre", L, lr, w) or g.layernorm("pre", L, hi, w)
+        ref, what = g.layernorm("pre", L, lr, w) or g.layernorm("pre", L, hi, w), "Pre-LN (LayerNorm)"
+        if not ref:
+            ref, what = g.layernorm("post", L, hi, w), "the Post-LN baseline"
         checks.append(_check(f"PreNorm + ScaleNorm + FixNorm trains without warm-up at lr {lr:g}", g.paired(runs, ref),
                              {"below": margin},
-                             f"{g.describe(runs)} vs Pre-LN (LayerNorm) with warm-up {w}: {g.describe(ref)}",
-                             f"NLL within {margin} nats of the Pre-LN warm-up control "
+                             f"{g.describe(runs)} vs {what} with warm-up {w}: {g.describe(ref)}",
+                             f"NLL within {margin} nats of the warm-up control "
                              "(Nguyen & Salazar: trains without warm-up)", thresholds=uses(T, "fail_margin_nats")))
     return checks
 

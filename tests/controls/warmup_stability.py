@@ -96,6 +96,8 @@ def threshold_rows(rows: list[dict], key: str) -> list[dict] | None:
     if key == "gate_nats":
         return None
     rows = _translating(rows)
+    if key == "fail_margin_nats" and not any(r["sweep"].get("fixnorm") for r in rows if "sweep" in r):
+        rows = _with_scalenorm(rows, above=0.5)  # measured without ScaleNorm runs (the default grid)
     if key == "pre_tolerance_nats":
         main, w = _main(rows)
         post_w = _by_seed(rows, "post", w)
@@ -106,3 +108,22 @@ def threshold_rows(rows: list[dict], key: str) -> list[dict] | None:
             rows = edit(rows, "final_valid_nll", lambda r: post_w[_seed(r)], sweep_position="pre", sweep_warmup=w,
                         **main)
     return rows
+
+
+def _with_scalenorm(rows: list[dict], above: float) -> list[dict]:
+    """``rows`` plus PreNorm + ScaleNorm + FixNorm runs (no warm-up, the main depth and lr): copies of the Pre-LN
+    no-warm-up runs ending ``above`` nats over the warm-up control (Pre-LN's where trained, else Post-LN's), which a
+    margin of 1.0 accepts and 0.25 rejects."""
+    main, w = _main(rows)
+    ctrl = _by_seed(rows, "pre", w) or _by_seed(rows, "post", w)
+    extra = []
+    for r in rows:
+        sw = r.get("sweep") or {}
+        if (sw.get("position") == "pre" and sw.get("warmup") == 0 and sw.get("norm") == "layernorm"
+                and sw.get("layers") == main["sweep_layers"] and float(sw.get("lr")) == main["sweep_lr"]):
+            sw = {**sw, "norm": "scalenorm", "fixnorm": True, "group": "nguyen",
+                  "run": str(sw["run"]).replace("layernorm", "scalenorm_fixnorm")}
+            flat = {f"sweep.{k}": v for k, v in sw.items()}
+            value = ctrl[_seed(r)] + above if r["metric"] == "final_valid_nll" else r["value"]
+            extra.append({**r, **flat, "sweep": sw, "value": value})
+    return rows + extra
