@@ -189,3 +189,21 @@ def test_index_pages_rendered_from_the_references_are_short_and_in_the_headline_
         header = _cells(table[0])
         assert header == ["id", *headline.COLUMNS, "why", "measured by"], header
         assert all(len(_cells(r)[header.index("why")]) <= pages.WHY for r in table[2:]), (hw, scale)
+
+
+def test_every_inconclusive_reference_page_says_what_would_decide_it():
+    """Issue 37: each inconclusive verdict's page has a "What would decide this" table: the sample that would decide
+    an interval check, or, where no sample size does (a CPU standing in for a GPU), the reason that says what would."""
+    import json
+
+    seen = 0
+    for v_path in sorted(RESULTS.glob("*/default/*/verdict.json")):
+        v = json.loads(v_path.read_text())
+        if v.get("verdict") != "inconclusive":
+            continue
+        blocks = pages.power_blocks(v["claim"], v, v_path.parents[1])
+        assert blocks and blocks[0] == ("h2", "What would decide this"), v_path
+        table = blocks[-1][1]
+        assert len(table) >= 1 and (table["would decide at"] != "-").all(), v_path
+        seen += 1
+    assert seen, "no inconclusive reference verdict to check"

@@ -335,7 +335,12 @@ def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
     minutes = _claim_core_minutes(claim, Path(results_dir))
     for c in verdict.get("checks") or []:
         pw = c.get("power")
-        if c.get("passed") is not None or not pw:
+        if c.get("passed") is not None:
+            continue
+        if not pw:  # not a question of sample size (a CPU standing in for a GPU, a control that did not learn)
+            rows.append({"check": headline.clip(c["name"], 70), "measured [interval]": "-", "threshold": "-",
+                         "now": "-", "would decide at": headline.clip(c.get("undecided_because") or "-", 160),
+                         "cost": "-"})
             continue
         need = pw.get("n_needed")
         cost = ("-" if need is None or minutes is None or not pw.get("n") else
@@ -351,7 +356,8 @@ def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
     return [("h2", "What would decide this"),
             ("p", "Each undecided check below: its interval, the threshold, the sample it had and the sample that "
                   "would decide it if the point estimate held (the interval narrows as 1/sqrt(n)), with its cost on "
-                  "the machine that measured it (docs/results.md, \"Reading a power table\")."),
+                  "the machine that measured it (docs/results.md, \"Reading a power table\"); a check that no larger "
+                  "sample decides says what would (a GPU, a control that learns)."),
             ("table", pd.DataFrame(rows))]
 
 
