@@ -165,3 +165,20 @@ def test_run_time_comes_from_run_json_never_from_file_times(tmp_path):
     write_run_record(res, started=time.time(), finished=time.time() + 6, status="success", hardware="hw",
                      scale="default", cores=2, targets=["reproduce_all"])
     assert read_run_record(tmp_path / "results", "hw", "default")["wall_minutes"] == 30.0
+
+
+def test_committed_index_pages_state_the_run_time_of_their_run_json():
+    """Issue 39: a reference's index page gives the wall time, jobs and core-minutes its run.json recorded (never a
+    time from file dates); a page that disagrees with its run.json fails here."""
+    checked = 0
+    for rec_path in sorted((ROOT / "references" / "results").glob("*/*/run.json")):
+        hw, scale = rec_path.parent.parent.name, rec_path.parent.name
+        index = ROOT / "references" / "reports" / hw / scale / "index.md"
+        if not index.exists():
+            continue
+        rec = json.loads(rec_path.read_text())
+        text = index.read_text()
+        assert f"{rec['wall_minutes']:.1f} min wall" in text, (hw, scale)
+        assert f"{rec['core_minutes']:.1f} core-minutes" in text, (hw, scale)
+        checked += 1
+    assert checked, "no reference with a run.json"
