@@ -7,8 +7,8 @@ the CPU seconds spent. The numbers chose the default size; they are committed in
 
     python scripts/pilots/warmup_stability.py CANDIDATES.json OUT_DIR
 
-CANDIDATES.json: a list of {"name", "overrides" (merged into the default section), "run" (position, lr, warmup,
-layers, seed)}.
+CANDIDATES.json: a list of {"name", "overrides" (merged into the default section by repro.config.section), "run"
+(position, lr, warmup, layers, seed)}.
 """
 from __future__ import annotations
 
@@ -22,19 +22,13 @@ from pathlib import Path
 import torch
 
 
-def merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def one(c: dict, out: str) -> dict:
     from repro import config
     from repro.claims import warmup_stability as W
 
     torch.set_num_threads(1)
-    params = merge(config.section("warmup_stability", "default"), c.get("overrides", {}))
+    # the default section with the candidate's overrides, validated by the claim's schema like a user's overrides
+    params = config.section("warmup_stability", "default", {"warmup_stability": c.get("overrides", {})})
     o = Path(out) / c["name"]
     (o / "curves").mkdir(parents=True, exist_ok=True)
     shared = W.prepare(params, "default", Path(out))  # tokenizer shared by vocabulary size under OUT/tokenizer
