@@ -1,7 +1,7 @@
 """Training and decoding throughput of the suite against fairseq itself.
 
 ``python -m repro.peers.fairseq --fairseq-venv PATH [--scale default] [--repeats 3] [--updates 40]
-[--sentences 256] [--threads N]``
+[--sentences 256] [--threads N] [--results results]``
 
 fairseq is never a dependency of the suite: this benchmark runs fairseq's own command-line tools from a separate
 virtual environment (``--fairseq-venv``; PyPI's ``fairseq-fixed==0.12.3.1`` imports on Python 3.11, see
@@ -23,10 +23,11 @@ tests/fixtures/fairseq/make_fixture.sh) and compares, on the same data and the s
   gives their mean length), and the page gives the fraction of hypotheses that agree token for token up to the
   shorter length cap.
 
-Repeats alternate which side goes first. Results: ``results/<hw>/<scale>/_bench/fairseq_peer/`` (metrics.csv,
-summary.json, config.json, fingerprint.json, verdict.json) and ``reports/<hw>/<scale>/fairseq_peer.md``: medians
-with the interquartile range over repeats, and the suite/fairseq ratio per repeat (> 1: the suite is faster). Only
-ratios are comparable across runs on a shared CPU.
+Repeats alternate which side goes first. Results: ``<results>/<hw>/<scale>/_bench/fairseq_peer/`` (metrics.csv,
+summary.json, config.json, fingerprint.json, verdict.json) and ``<results>/../reports/<hw>/<scale>/fairseq_peer.md``:
+medians with the interquartile range over repeats, and the suite/fairseq ratio per repeat (> 1: the suite is faster).
+Only ratios are comparable across runs on a shared CPU. ``python -m repro.report publish`` copies them into a reference
+(``--peers-only``: into an existing one).
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ from repro.bench.fingerprint import fingerprint
 from repro.data import batch_indices, collate
 from repro.data.fairseq_io import write_fairseq_dictionary, write_indexed_dataset
 from repro.io import atomic_write_json, atomic_write_text, write_results
-from repro.peers.throughput import commit_text, encoded_corpus, side_by_side, side_by_side_rows
+from repro.peers.throughput import (commit_text, default_paths, encoded_corpus, peer_paths_arguments, side_by_side,
+                                    side_by_side_rows)
 from repro.train.decode import DecodeConfig, decode_ids
 from repro.train.fairseq_import import import_fairseq_checkpoint
 from repro.train.loop import RunConfig, configs_from_params, train
@@ -188,9 +190,10 @@ class _Workload:
     model: Any
 
 
-def _workload(params: dict, scale: str, work: Path, hw: str, sentences: int, updates: int) -> _Workload:
+def _workload(params: dict, scale: str, work: Path, hw: str, sentences: int, updates: int,
+              results_root: str | Path = "results") -> _Workload:
     tr = params["training"]
-    tok, _, corpus, enc = encoded_corpus(params, scale, work, hw)
+    tok, _, corpus, enc = encoded_corpus(params, scale, work, hw, results_root)
     test = [list(e) + [tok.eos_id] for e in tok.encode_batch([s for s, _ in corpus.test[:sentences]])]
     data = work / "data-bin"
     write_data_bin(data, enc, tok.vocab_size, tok, test)
@@ -277,22 +280,24 @@ def _decode_rates(venv: Path, params: dict, w: _Workload, ckpt: Path, repeats: i
 
 
 def run(venv: Path, scale: str = "default", repeats: int = 3, updates: int = 40, sentences: int = 256,
-        threads: int | None = None, out: Path | None = None, report: Path | None = None) -> dict:
+        threads: int | None = None, out: Path | None = None, report: Path | None = None,
+        results_root: str | Path = "results") -> dict:
+    """Measure, write the results folder and the page, return the summary; ``results_root`` as
+    :func:`repro.peers.throughput.run`'s (its run's tokenizer; the default places of the results and page)."""
     venv = Path(venv)
     if not (venv / "bin" / "python").exists():
         raise FileNotFoundError(f"--fairseq-venv: {venv}/bin/python does not exist")
     params = config.section("translation", scale)
     fp = fingerprint()
     hw = fp["hardware_id"]
-    out = Path(out or Path("results") / hw / scale / "_bench" / CLAIM)
-    report = Path(report or Path("reports") / hw / scale / f"{CLAIM}.md")
+    out, report = default_paths(results_root, hw, scale, CLAIM, out, report)
     work = out / "_work"
     work.mkdir(parents=True, exist_ok=True)
     threads = int(threads or params.get("threads") or torch.get_num_threads())
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        w = _workload(params, scale, work, hw, sentences, updates)
+        w = _workload(params, scale, work, hw, sentences, updates, results_root)
         load_before = os.getloadavg()
         ckpt_dir = work / "checkpoint"
         rates = _train_rates(venv, params, w, ckpt_dir, repeats, updates, threads, work)
@@ -359,8 +364,7 @@ def main(argv=None) -> int:
     ap.add_argument("--updates", type=int, default=40, help="training updates per repeat (fairseq logs every 5)")
     ap.add_argument("--sentences", type=int, default=256, help="test sentences decoded per repeat")
     ap.add_argument("--threads", type=int, default=None, help="torch/OpenMP threads (default: the config's)")
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--report", type=Path, default=None)
+    peer_paths_arguments(ap)
     a = ap.parse_args(argv)
     for key in ("repeats", "sentences"):
         if getattr(a, key) < 1:
@@ -369,7 +373,7 @@ def main(argv=None) -> int:
         ap.error("--updates: must be >= 10 (fairseq logs every 5 updates; the first interval is not counted)")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    s = run(a.fairseq_venv, a.scale, a.repeats, a.updates, a.sentences, a.threads, a.out, a.report)
+    s = run(a.fairseq_venv, a.scale, a.repeats, a.updates, a.sentences, a.threads, a.out, a.report, a.results)
     print(json.dumps({t: e["suite_over_fairseq"]["median"] for t, e in s["tasks"].items()}))
     return 0
 

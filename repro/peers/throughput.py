@@ -1,6 +1,7 @@
 """Training and decoding throughput of the suite's translation model against plain PyTorch.
 
-``python -m repro.peers.throughput [--scale default] [--repeats 5] [--train-steps 2] [--sentences 256]``
+``python -m repro.peers.throughput [--scale default] [--repeats 5] [--train-steps 2] [--sentences 256]
+[--results results]``
 
 In one process, alternating which goes first on every repeat, it times
 
@@ -21,14 +22,16 @@ In one process, alternating which goes first on every repeat, it times
 
 The workload is the ``translation`` section of config/claims/translation.yaml at ``--scale`` (model, batch size
 ``training.max_tokens``, optimizer, schedule, ``eval`` decoding settings, threads). Decoding uses the model trained
-by the workflow when ``results/<hw>/<scale>/_models/translation/checkpoint_last.pt`` exists, otherwise the freshly
-initialised weights (a random model rarely emits eos, so every sentence runs to its length cap).
+by the workflow when ``<results>/<hw>/<scale>/_models/translation/checkpoint_last.pt`` exists (``--results``, default
+``results``), otherwise the freshly initialised weights (a random model rarely emits eos, so every sentence runs to
+its length cap).
 
-Reported (``results/<hw>/<scale>/_bench/throughput/``: metrics.csv, config.json, fingerprint.json, verdict.json,
-summary.json; ``reports/<hw>/<scale>/throughput.md``): target tokens per second of each side (training: non-pad
-target tokens; decoding: generated tokens with eos) as medians with the interquartile range over repeats, the
+Reported (``<results>/<hw>/<scale>/_bench/throughput/``: metrics.csv, config.json, fingerprint.json, verdict.json,
+summary.json; ``<results>/../reports/<hw>/<scale>/throughput.md``): target tokens per second of each side (training:
+non-pad target tokens; decoding: generated tokens with eos) as medians with the interquartile range over repeats, the
 suite/reference ratio per repeat (median, IQR), the padding fraction of the training batches and the machine load.
 Only ratios are comparable across runs on a shared CPU; absolute times are for this machine and moment.
+``python -m repro.report publish`` copies them into a reference (``--peers-only``: into an existing one).
 """
 from __future__ import annotations
 
@@ -325,10 +328,12 @@ def padding_fraction(batches) -> dict:
             "all": (src_pad + tgt_pad) / max(src_all + tgt_all, 1), "batches": len(batches)}
 
 
-def tokenizer_for(params: dict, scale: str, work: Path, hardware: str) -> tuple[str, Path | None]:
+def tokenizer_for(params: dict, scale: str, work: Path, hardware: str,
+                  results_root: str | Path = "results") -> tuple[str, Path | None]:
     """(tokenizer path, trained checkpoint or None): the workflow's trained translation model and its tokenizer
-    when present, else a tokenizer trained (once, cached in ``work``) like ``repro.train.prepare``."""
-    models = Path("results") / hardware / scale / MODELS_DIR
+    (``results_root/<hardware>/<scale>/_models/``) when present, else a tokenizer trained (once, cached in ``work``)
+    like ``repro.train.prepare``."""
+    models = Path(results_root) / hardware / scale / MODELS_DIR
     ckpt, tok = artefact_file(models, "translation_model"), artefact_file(models, "tokenizer")
     if ckpt.exists() and tok.exists():
         return resolve_tokenizer(tok), ckpt
@@ -362,6 +367,27 @@ def side_by_side_rows(tasks: dict, peer_name: str) -> list[str]:
             f"{cell(e[f'suite_over_{peer_name}'], '.3f')} |" for task, e in tasks.items()]
 
 
+def default_paths(results_root: str | Path, hw: str, scale: str, name: str, out: Path | None,
+                  report: Path | None) -> tuple[Path, Path]:
+    """(results folder, page) of peer benchmark ``name``: ``out``/``report`` when given, else
+    ``<results_root>/<hw>/<scale>/_bench/<name>/`` and ``<results_root>/../reports/<hw>/<scale>/<name>.md``
+    (``results/`` -> ``reports/``, as the workflow places a run's pages)."""
+    root = Path(results_root)
+    return (Path(out or root / hw / scale / "_bench" / name),
+            Path(report or root.parent / "reports" / hw / scale / f"{name}.md"))
+
+
+def peer_paths_arguments(ap: argparse.ArgumentParser) -> None:
+    """The peer benchmarks' --results, --out and --report options."""
+    ap.add_argument("--results", type=Path, default=Path("results"),
+                    help="results folder of the run: its <hw>/<scale>/_models/ trained translation model is decoded "
+                         "when present, and the results go under it (default: results)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results folder (default <results>/<hw>/<scale>/_bench/<benchmark>/)")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="markdown page (default <results>/../reports/<hw>/<scale>/<benchmark>.md)")
+
+
 def commit_text(fp: dict) -> str:
     """The measuring commit as pages print it: 10 characters, '(dirty)' for uncommitted changes."""
     return f"{(fp['git']['commit'] or '?')[:10]}{' (dirty)' if fp['git']['dirty'] else ''}"
@@ -383,11 +409,14 @@ def _timed(fn):
 
 
 def run(scale: str = "default", repeats: int = 5, train_steps: int = 2, sentences: int = 256,
-        out: Path | None = None, report: Path | None = None, threads: int | None = None) -> dict:
-    """Measure, write the results folder and the page, return the summary (torch's thread count is restored)."""
+        out: Path | None = None, report: Path | None = None, threads: int | None = None,
+        results_root: str | Path = "results") -> dict:
+    """Measure, write the results folder and the page, return the summary (torch's thread count is restored).
+    ``results_root``: the results folder whose ``<hw>/<scale>/`` run holds the trained model, and where the results
+    go by default (the page by default beside it, in ``<results_root>/../reports/<hw>/<scale>/``)."""
     before = torch.get_num_threads()
     try:
-        return _run(scale, repeats, train_steps, sentences, out, report, threads)
+        return _run(scale, repeats, train_steps, sentences, out, report, threads, results_root)
     finally:
         torch.set_num_threads(before)
 
@@ -411,17 +440,19 @@ class _Workload:
     src_ids: list
 
 
-def encoded_corpus(params: dict, scale: str, work: Path, hw: str) -> tuple[Any, Path | None, Any, dict]:
+def encoded_corpus(params: dict, scale: str, work: Path, hw: str,
+                   results_root: str | Path = "results") -> tuple[Any, Path | None, Any, dict]:
     """(tokenizer, trained checkpoint or None, corpus, encoded splits): the data both peer benchmarks time on."""
-    tok_path, ckpt = tokenizer_for(params, scale, work, hw)
+    tok_path, ckpt = tokenizer_for(params, scale, work, hw, results_root)
     tok = load_tokenizer(tok_path, params["corpus"].get("bpe_symbol"))
     corpus = load_data(params)
     return tok, ckpt, corpus, encode_splits(params, tok, corpus, params["training"]["max_len"])
 
 
-def _workload(params: dict, scale: str, work: Path, hw: str, train_steps: int, sentences: int) -> _Workload:
+def _workload(params: dict, scale: str, work: Path, hw: str, train_steps: int, sentences: int,
+              results_root: str | Path = "results") -> _Workload:
     tr = params["training"]
-    tok, ckpt, corpus, enc = encoded_corpus(params, scale, work, hw)
+    tok, ckpt, corpus, enc = encoded_corpus(params, scale, work, hw, results_root)
     enc = enc["train"]
     epoch = batch_indices(enc, tr["max_tokens"], shuffle=True, seed=tr["seed"])
     pad_epoch = padding_fraction([collate(enc, pos) for pos in epoch])
@@ -490,17 +521,16 @@ def _time_tasks(tasks: dict, w: _Workload, repeats: int) -> dict:
     return tps
 
 
-def _run(scale, repeats, train_steps, sentences, out, report, threads) -> dict:
+def _run(scale, repeats, train_steps, sentences, out, report, threads, results_root) -> dict:
     params = config.section("translation", scale)
     fp = fingerprint()
     hw = fp["hardware_id"]
-    out = Path(out or Path("results") / hw / scale / "_bench" / "throughput")
-    report = Path(report or Path("reports") / hw / scale / "throughput.md")
+    out, report = default_paths(results_root, hw, scale, CLAIM, out, report)
     out.mkdir(parents=True, exist_ok=True)
     threads = int(threads or params.get("threads") or torch.get_num_threads())
     torch.set_num_threads(threads)
     load_before = os.getloadavg()
-    w = _workload(params, scale, out / "_work", hw, train_steps, sentences)
+    w = _workload(params, scale, out / "_work", hw, train_steps, sentences, results_root)
     tasks, decoded = _tasks(w, params["eval"], train_steps)
     t_begin = time.perf_counter()
     tps = _time_tasks(tasks, w, repeats)
@@ -562,15 +592,14 @@ def main(argv=None) -> int:
     ap.add_argument("--train-steps", type=int, default=2, help="training updates per repeat")
     ap.add_argument("--sentences", type=int, default=256, help="test sentences decoded per repeat")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's threads)")
-    ap.add_argument("--out", type=Path, default=None, help="results folder (default results/<hw>/<scale>/_bench/...)")
-    ap.add_argument("--report", type=Path, default=None, help="markdown page (default reports/<hw>/<scale>/...)")
+    peer_paths_arguments(ap)
     a = ap.parse_args(argv)
     for key in ("repeats", "train_steps", "sentences"):
         if getattr(a, key) < 1:
             ap.error(f"--{key.replace('_', '-')}: must be >= 1")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    summary = run(a.scale, a.repeats, a.train_steps, a.sentences, a.out, a.report, a.threads)
+    summary = run(a.scale, a.repeats, a.train_steps, a.sentences, a.out, a.report, a.threads, a.results)
     print(json.dumps({t: e["suite_over_reference"]["median"] for t, e in summary["tasks"].items()}))
     return 0
 

@@ -13,7 +13,7 @@ from repro.io import ResultsError
 from .compare import write_compare
 from .matrix import read_cells, write
 from .pages import ARTEFACT_PAGES, claim_page, index_page
-from .publish import PublishError, publish, rejudge_reference, render_reference
+from .publish import PublishError, publish, publish_peers, rejudge_reference, render_reference
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--references", default="references")
     p.add_argument("--claims", nargs="*", default=None, help="only these claims (a run of some claims); default: "
                                                              "the whole run, every claim and the translation")
+    p.add_argument("--peers-only", action="store_true",
+                   help="only the run's peer throughput benchmarks (_bench/throughput, _bench/fairseq_peer: "
+                        "scripts/peers.sh), added to the existing reference; its claims are kept")
     j = sub.add_parser("rejudge-reference", help="maintainers: re-judge a committed reference in place with HEAD's "
                                                  "judges (its measurements kept), then re-render its pages")
     j.add_argument("--hardware", required=True)
@@ -62,6 +65,12 @@ def main(argv=None) -> int:
             rebuild(args.results, args.reports, args.references)
         elif args.cmd == "rebuild-references":
             rebuild_references(args.references)
+        elif args.cmd == "publish" and args.peers_only:
+            if args.claims is not None:
+                raise PublishError("--peers-only publishes no claims: drop --claims")
+            for dst in publish_peers(args.hardware, args.scale, args.results, args.references):
+                print(f"published {dst.name} as {dst}")
+            print(f"commit it (git add {args.references})")
         elif args.cmd == "publish":
             dst = publish(args.hardware, args.scale, args.results, args.references, claims=args.claims)
             print(f"published {args.results}/{args.hardware}/{args.scale} as {dst}; commit it (git add {args.references})")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro import registry
-from repro.report import headline, runtime
+from repro.report import headline, peers, runtime
 from repro.report.origin import RUN, origin_of
 from repro.io import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
 from repro.verdicts import _meaning
@@ -530,6 +530,7 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
              f"Every machine and scale side by side: [the verdict matrix]({matrix}).", "",
              "Summary: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "", _table(frame, compact=True),
              ""]
+    lines += peers.index_lines(res)  # the peer throughput benchmarks beside the verdicts, when the run has them
     lines += runtime.time_per_rule_md(results_root, hardware, scale)  # where the run's time went
     atomic_write_text(out, "\n".join(lines))
     return out

@@ -16,25 +16,34 @@ scratch, and the per-rule benchmark files), renders their pages into ``reference
 as a reference), and remakes the references' own matrix and hardware comparison (``references/reports/matrix.md``,
 ``references/reports/compare/<scale>/``). Nothing under results/ or reports/ changes; no run ever writes into
 references/.
+
+The peer throughput benchmarks of the run (``_bench/throughput``, ``_bench/fairseq_peer``: repro.peers, run by
+scripts/peers.sh after the run, with its trained model) travel with it when present, without their scratch, and get
+their pages (repro.report.peers, naming the commit and machine that measured them; a peer measured on a dirty tree
+is refused). ``publish_peers`` (``--peers-only``) adds them to an existing reference without touching its claims.
+Nothing else under ``_bench`` is published, nor the run's models, scratch or keys.
 """
 from __future__ import annotations
 
 import logging
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from repro import artefacts, config, provenance, registry
+from repro.errors import ResultsError
 from repro.judging import rejudge
 from repro.io import read_verdict
 from repro.report import pages
 from repro.report.compare import write_compare
 from repro.report.matrix import write
 from repro.report.origin import REFERENCE, recorded_keys
+from repro.report.peers import BENCH_DIR, peer_folders, peer_page, read_peer, render_peer_pages
 from repro.report.runtime import RUN_RECORD
 
 log = logging.getLogger("repro")
-SKIP_DIRS = (artefacts.MODELS_DIR, "_work", "_keys", "_bench")
+SKIP_DIRS = (artefacts.MODELS_DIR, "_work", "_keys", BENCH_DIR)  # never published whole (the peers: _copy_peers)
 SKIP_FILES = (".lock",)
 
 
@@ -47,6 +56,14 @@ def _git(*args: str) -> str:
     if r.returncode != 0:
         raise PublishError(f"git {' '.join(args)} failed: {r.stderr.strip()}")
     return r.stdout
+
+
+def _require_clean(*pathspec: str, then: str) -> None:
+    """Refuse a work tree with changed or untracked paths (within ``pathspec``); ``then``: what to do next."""
+    dirty = _git("status", "--porcelain", *pathspec).strip()
+    if dirty:
+        raise PublishError(f"the work tree is not clean ({len(dirty.splitlines())} changed or untracked paths, e.g. "
+                           f"{dirty.splitlines()[0].strip()}); commit first{then}")
 
 
 def default_config_key(claim: str, scale: str) -> str | None:
@@ -99,18 +116,52 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
     return claims
 
 
-def _copy_run(src: Path, dst: Path, claims: list[str], whole: bool) -> None:
+def _copy_files(src: Path, dst: Path, skip_dirs: tuple[str, ...] = ()) -> None:
+    """Replace ``dst`` with the result files of ``src`` (no dotfiles, locks or rule records; nothing under a folder
+    named in ``skip_dirs``)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src)
+        if not f.is_file() or f.name.startswith(".") or f.name in SKIP_FILES or f.name.endswith(".runs.json") \
+                or any(part in skip_dirs for part in rel.parts[:-1]):
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dst / rel)
+
+
+def check_peers(folder: Path, hardware: str, scale: str) -> dict[str, Path]:
+    """The peer benchmark folders of a run folder, each checked to be publishable (complete, readable, measured
+    at ``scale`` on a clean tree at a recorded commit, its page renders); its hardware and commit may differ from
+    the run's (the page says so)."""
+    peers, problems = peer_folders(folder), []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path in peers.items():
+            try:
+                _, fp, _ = read_peer(path, scale)
+                peer_page(name, path, hardware, scale, Path(tmp) / f"{name}.md", set())
+            except ResultsError as exc:
+                problems.append(str(exc))
+                continue
+            if fp["git"].get("dirty"):
+                problems.append(f"{path}: measured on a dirty tree (commit {fp['git']['commit'][:10]}); rerun it "
+                                f"from a clean checkout (scripts/peers.sh)")
+    if problems:
+        raise PublishError("peer benchmarks cannot be published: " + "; ".join(problems))
+    return peers
+
+
+def _copy_peers(peers: dict[str, Path], dst: Path) -> None:
+    for name, path in peers.items():
+        _copy_files(path, dst / BENCH_DIR / name, SKIP_DIRS)
+
+
+def _copy_run(src: Path, dst: Path, claims: list[str], whole: bool, peers: dict[str, Path]) -> None:
     if whole and dst.exists():
         shutil.rmtree(dst)
     for claim in claims:
-        if (dst / claim).exists():
-            shutil.rmtree(dst / claim)
-        for f in sorted((src / claim).rglob("*")):
-            rel = f.relative_to(src / claim)
-            if not f.is_file() or f.name.startswith(".") or f.name in SKIP_FILES or f.name.endswith(".runs.json"):
-                continue
-            (dst / claim / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst / claim / rel)
+        _copy_files(src / claim, dst / claim)
+    _copy_peers(peers, dst)
     bench = src / "_benchmarks"
     if bench.is_dir():
         shutil.copytree(bench, dst / "_benchmarks", dirs_exist_ok=True)
@@ -129,14 +180,12 @@ def publish(hardware: str, scale: str, results_root: str | Path = "results",
         raise PublishError(f"{src}: no such run")
     head = _git("rev-parse", "HEAD").strip()
     if check_tree:
-        dirty = _git("status", "--porcelain").strip()
-        if dirty:
-            raise PublishError(f"the work tree is not clean ({len(dirty.splitlines())} changed or untracked "
-                               f"paths, e.g. {dirty.splitlines()[0].strip()}); commit first, then rerun the run")
+        _require_clean(then=", then rerun the run")
     names = check_run(src, scale, head, claims)
+    peers = check_peers(src, hardware, scale)
     refs = Path(references_root)
     dst = refs / "results" / hardware / scale
-    _copy_run(src, dst, names, whole=not claims)
+    _copy_run(src, dst, names, whole=not claims, peers=peers)
     rep = refs / "reports" / hardware / scale
     if rep.exists() and not claims:
         shutil.rmtree(rep)
@@ -145,6 +194,32 @@ def publish(hardware: str, scale: str, results_root: str | Path = "results",
     write_compare(None, scale, refs / "reports" / "compare" / scale, reference=f"{hardware} (reference)",
                   references_root=refs)
     return dst
+
+
+def publish_peers(hardware: str, scale: str, results_root: str | Path = "results",
+                  references_root: str | Path = "references", check_tree: bool = True) -> list[Path]:
+    """Add the peer benchmarks of ``results_root/<hardware>/<scale>/_bench/`` (throughput, fairseq_peer) to the
+    existing reference of that machine and scale, replacing its peer folders of the same names and leaving its
+    claims as they are, and render their pages and the reference's index (``--peers-only``). The peers are checked
+    as :func:`publish` checks them; their commit or hardware id may differ from the reference run's (their pages
+    say so). Refuses a dirty tree outside the references (the pages are HEAD's). Returns the published folders."""
+    src = Path(results_root) / hardware / scale
+    refs = Path(references_root)
+    dst = refs / "results" / hardware / scale
+    if not any(dst.glob("*/verdict.json")):
+        raise PublishError(f"{dst}: no reference to add peer results to; publish the run first (without "
+                           f"--peers-only)")
+    if check_tree:
+        _require_clean("--", ".", f":(exclude){refs.as_posix()}", then="")
+    peers = check_peers(src, hardware, scale)
+    if not peers:
+        raise PublishError(f"{src / BENCH_DIR}: no peer results (throughput, fairseq_peer); run them first: "
+                           f"bash scripts/peers.sh {results_root}")
+    _copy_peers(peers, dst)
+    rep = refs / "reports" / hardware / scale
+    render_peer_pages(dst, rep, hardware, scale)
+    pages.index_page(refs / "results", refs / "reports", hardware, scale, rep / "index.md", kind=REFERENCE)
+    return [dst / BENCH_DIR / name for name in peers]
 
 
 def rejudge_reference(hardware: str, scale: str, references_root: str | Path = "references",
@@ -159,10 +234,7 @@ def rejudge_reference(hardware: str, scale: str, references_root: str | Path = "
     if not dst.is_dir():
         raise PublishError(f"{dst}: no such reference")
     if check_tree:  # the judging code is HEAD's: changes under the references (other re-judged runs) aside
-        dirty = _git("status", "--porcelain", "--", ".", f":(exclude){Path(references_root).as_posix()}").strip()
-        if dirty:
-            raise PublishError(f"the work tree is not clean ({len(dirty.splitlines())} changed or untracked "
-                               f"paths, e.g. {dirty.splitlines()[0].strip()}); commit first")
+        _require_clean("--", ".", f":(exclude){Path(references_root).as_posix()}", then="")
     implemented = set(registry.implemented_claims()) | {"translation"}  # the benchmark has a judge too
     names = [p.name for p in sorted(dst.iterdir()) if p.name in implemented and (not claims or p.name in claims)
              and (p / "verdict.json").is_file()]
@@ -186,4 +258,5 @@ def render_reference(refs: Path, hardware: str, scale: str) -> None:
     for cdir in sorted(p for p in res.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
         if cdir.name in implemented:
             pages.claim_page(cdir.name, cdir, rep / f"{cdir.name}.md", rep / cdir.name, kind=REFERENCE)
+    render_peer_pages(res, rep, hardware, scale)
     pages.index_page(refs / "results", refs / "reports", hardware, scale, rep / "index.md", kind=REFERENCE)
