@@ -58,3 +58,21 @@ def sample_interval(xs) -> tuple[float, float, float, float]:
     sd = statistics.stdev(xs) if len(xs) >= 2 else math.nan
     lo, hi = t_interval(mean, sd, len(xs))
     return mean, lo, hi, sd
+
+
+def welch_interval(terms) -> tuple[float, float, float]:
+    """(estimate, lower, upper) of the 95% Welch interval of the linear contrast sum_i c_i * mean(x_i) over
+    independent samples ``terms`` = [(c_i, x_i), ...]: variance sum_i c_i^2 s_i^2 / n_i, the Welch-Satterthwaite
+    degrees of freedom rounded down (conservative: the t table above). Two terms (1, a), (-1, b) give the interval of
+    mean(a) - mean(b). A sample of fewer than two values gives an unbounded interval; no spread at all, a point."""
+    terms = [(float(c), [float(v) for v in x]) for c, x in terms]
+    est = sum(c * statistics.fmean(x) for c, x in terms)
+    if any(len(x) < 2 for _, x in terms):
+        return est, -math.inf, math.inf
+    parts = [(c * c * statistics.variance(x) / len(x), len(x)) for c, x in terms]
+    var = sum(v for v, _ in parts)
+    if var == 0:
+        return est, est, est
+    df = var ** 2 / sum(v * v / (n - 1) for v, n in parts if v)
+    k = max(2, int(math.floor(df)) + 1)  # t_interval(mean, std, n) uses n - 1 degrees of freedom
+    return (est, *t_interval(est, math.sqrt(var) * math.sqrt(k), k))

@@ -65,7 +65,12 @@ def test_plan_dedupes_depth_runs():
     plan = ws.plan_runs(p)
     keys = [(r["norm"], r["position"], r["fixnorm"], r["layers"], r["lr"], r["warmup"], r["seed"]) for r in plan]
     assert len(keys) == len(set(keys)) == len({r["name"] for r in plan})
-    assert {r["seed"] for r in plan} == set(p["seeds"]) and len(p["seeds"]) >= 3
+    extra_seeds = set(p["post_no_warmup_extra_seeds"])
+    assert {r["seed"] for r in plan} == set(p["seeds"]) | extra_seeds and len(p["seeds"]) >= 3
+    # the extra seeds train Post-LN without warm-up at the main depth only (the configuration that varies by seed)
+    L = p["model"]["n_encoder_layers"]
+    assert {(r["position"], r["warmup"], r["layers"]) for r in plan if r["seed"] in extra_seeds} <= {("post", 0, L)}
+    assert len([r for r in plan if r["seed"] in extra_seeds]) == len(extra_seeds) * len(p["lrs"])
     extra = len(p["depth"]["layers"]) * len(p["positions"]) * len(p["seeds"])
     p["depth"]["layers"] = [p["model"]["n_encoder_layers"]]  # the main depth: reused from the grid, not retrained
     assert len(ws.plan_runs(p)) == len(plan) - extra
@@ -250,6 +255,45 @@ def test_judge_undecided_when_seeds_disagree():
     c = _by_name(v)["Post-LN needs warm-up at lr 0.001"]
     assert c["passed"] is None and "straddles" in c["undecided_because"], c
     assert v["verdict"] in ("inconclusive", "not_reproduced")
+
+
+def _with_extra_seeds(rows: list[dict], values: dict[int, float]) -> list[dict]:
+    """``rows`` plus Post-LN without warm-up at the main depth and lr 0.001 for the extra seeds in ``values``
+    (seed -> valid NLL), as ``post_no_warmup_extra_seeds`` trains them."""
+    base = "post_layernorm_L6_0.001_0"
+    out = list(rows)
+    for s, x in values.items():
+        sw = dict(run=f"{base}_s{s}", group="xiong+depth", norm="layernorm", position="post", fixnorm=False,
+                  layers=6, lr=0.001, warmup=0, seed=s)
+        out += [metric("warmup_stability", "final_valid_nll", x, "", **sw),
+                metric("warmup_stability", "diverged", 0.0, "", **sw),
+                metric("warmup_stability", "bleu", max(0.0, 60 - 8 * x), "", **sw),
+                metric("warmup_stability", "bleu_copy_baseline", COPY_BLEU, "", **sw)]
+    return out
+
+
+def test_judge_welch_where_post_ln_without_warmup_has_more_seeds():
+    """post_no_warmup_extra_seeds: checks against Post-LN without warm-up use all its seeds by Welch's interval of
+    the means; checks between configurations with the same seeds stay paired."""
+    p = {**P, "post_no_warmup_extra_seeds": [4, 5]}
+    v = _judge(_with_extra_seeds(_rows(_paper_like()), {4: 5.45, 5: 5.52}), p, "default")
+    assert v["verdict"] == "reproduced", v["reason"]
+    c = _by_name(v)
+    assert "Welch over 5 / 3 seeds" in c["Post-LN needs warm-up at lr 0.001"]["interval"]
+    assert "over 3 paired seeds" in c["Pre-LN without warm-up matches Post-LN with warm-up at lr 0.001"]["interval"]
+    assert c["Post-LN needs warm-up at lr 0.001"]["power"]["n"] == 5  # the seeds of the configuration that varies
+    seeds = {s["aspect"]: s["this_run"] for s in v["setup"]}["seeds"]
+    assert "Post-LN without warm-up at the main depth 5" in seeds
+
+
+def test_judge_extra_seeds_that_escape_the_plateau_leave_the_headline_undecided():
+    """Negative control: the two extra seeds train fine without warm-up (the failure is not consistent), so the
+    5-seed mean gap is wide and its interval straddles the threshold: undecided, never a pass."""
+    p = {**P, "post_no_warmup_extra_seeds": [4, 5]}
+    v = _judge(_with_extra_seeds(_rows(_paper_like()), {4: 3.1, 5: 3.12}), p, "default")
+    c = _by_name(v)["Post-LN needs warm-up at lr 0.001"]
+    assert c["passed"] is None and "straddles" in c["undecided_because"]
+    assert v["verdict"] == "inconclusive"
 
 
 def test_judge_one_seed_decides_nothing():

@@ -94,11 +94,11 @@ def test_table_joins_by_metric_and_sweep_with_ratios(tree):
     assert (rms[CPU], rms[GPU]) == ("992", "99.2")
     # paper: 248 and 231 s/1k steps on a V100 (registry)
     assert (ln["paper"], ln["paper hardware"]) == ("248", "V100")
-    assert ln[f"{CPU} vs paper"] == "5x" and ln[f"{GPU} vs paper"] == "0.5x"
-    assert rms[f"{GPU} vs paper"] == f"{99.2 / 231:.3g}x"
-    assert ln[f"{GPU} vs {CPU}"] == "0.1x" and rms[f"{GPU} vs {CPU}"] == "0.1x"
+    assert ln[f"{CPU} vs paper"] == "5x higher (no spread)" and ln[f"{GPU} vs paper"] == "0.5x lower (no spread)"
+    assert rms[f"{GPU} vs paper"] == f"{99.2 / 231:.3g}x lower (no spread)"
+    assert ln[f"{GPU} vs {CPU}"] == "0.1x lower (no spread)" and rms[f"{GPU} vs {CPU}"] == "0.1x lower (no spread)"
     mem = _row(table, "peak_memory", "norm=rmsnorm")
-    assert mem[f"{GPU} vs {CPU}"] == "2x" and mem["paper"] == "" and mem[f"{GPU} vs paper"] == ""
+    assert mem[f"{GPU} vs {CPU}"] == "2x larger (no spread)" and mem["paper"] == "" and mem[f"{GPU} vs paper"] == ""
     # the software is stated once per machine (software_table), not on every row
     assert "software differs" not in table.columns
     sw = compare.software_table(res, "rmsnorm_speed", reference=CPU).set_index("hardware")
@@ -118,22 +118,22 @@ def test_missing_claim_shows_missing_and_units_convert(tree):
     assert fwd[CPU] == "8" and fwd[GPU] == compare.MISSING
     assert fwd[f"{GPU} vs {CPU}"] == ""
     mem = _row(table, "peak_memory", "seq_len=1024")
-    assert mem["paper"] == "209" and mem[f"{CPU} vs paper"] == "2x"
+    assert mem["paper"] == "209" and mem[f"{CPU} vs paper"] == "2x larger (no spread)"
     assert (table != "0").all().all()
 
 
 def test_reference_changes_direction(tree):
     res = compare.discover(tree, "default")
     table = compare.compare_table(res, "rmsnorm_speed", reference=GPU)
-    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} vs {GPU}"] == "10x"
+    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} vs {GPU}"] == "10x higher (no spread)"
 
 
 def test_noise_and_percentages():
     """A difference within the two spreads is marked '~' (noise); percentages compare by points, never by ratio."""
-    assert compare._versus(1.05, 0.03, 1.0, 0.03, percent=False) == "~1.05x"
-    assert compare._versus(1.2, 0.03, 1.0, 0.03, percent=False) == "1.2x"
-    assert compare._versus(7.78, None, 1.9, None, percent=True) == "+5.88 pp"
-    assert compare._versus(5.0, 1.0, 4.5, None, percent=True) == "~+0.5 pp"
+    assert compare._versus(1.05, 0.03, 1.0, 0.03, percent=False, unit="s") == "~1.05x"
+    assert compare._versus(1.2, 0.03, 1.0, 0.03, percent=False, unit="s") == "1.2x slower"
+    assert compare._versus(7.78, None, 1.9, None, percent=True, unit="%") == "+5.88 pp higher (no spread)"
+    assert compare._versus(5.0, 1.0, 4.5, None, percent=True, unit="%").startswith("~+0.5 pp")
     assert compare._with_noise(1.234, 0.05, 7) == "1.234 +- 0.05 (n 7)" and compare._with_noise(2.0, None, 1) == "2"
     assert compare.is_percent("percent") and compare.is_percent("% less time") and not compare.is_percent("ms")
 
@@ -234,10 +234,10 @@ def test_page_rows_by_relevance_and_at_most_eight_columns(tree, tmp_path):
     table, meta = compare._build(res, "rmsnorm_speed", CPU)
     shown = compare.key_rows(table, meta, limit=3)
     assert list(shown["paper"].astype(bool)) == [True, True, False]  # the two rows with a paper value first
-    assert _row(shown, "peak_memory", "norm=rmsnorm")[f"{GPU} vs {CPU}"] == "2x"  # then the largest difference
+    assert _row(shown, "peak_memory", "norm=rmsnorm")[f"{GPU} vs {CPU}"] == "2x larger (no spread)"  # then the largest difference
     small, _, left_out = compare.page_table(shown, res.hardware, CPU)
     assert len(small.columns) <= 8 and not left_out and {"A", "B", "vs paper", "vs A"} <= set(small.columns)
-    assert small.iloc[0]["vs paper"] == "A 5x; B 0.5x"
+    assert small.iloc[0]["vs paper"] == "A 5x higher (no spread); B 0.5x lower (no spread)"
     out = tmp_path / "cmp"
     compare.write_compare(tree, "default", out, reference=CPU)
     page = (out / "rmsnorm_speed.md").read_text()
@@ -253,4 +253,4 @@ def test_outcome_keys_do_not_split_a_setting_across_machines(tmp_path):
                                                   impl="manual", looks=looks, stop="decided", ci_below=0.1)],
                _fp(hw, "2.13.0+cpu", None))
     table = compare.compare_table(compare.discover(root, "default"), "rmsnorm_speed", CPU)
-    assert len(table) == 1 and table.iloc[0]["setting"] == "impl=manual" and table.iloc[0][f"{GPU} vs {CPU}"] == "2x"
+    assert len(table) == 1 and table.iloc[0]["setting"] == "impl=manual" and table.iloc[0][f"{GPU} vs {CPU}"] == "2x slower (no spread)"

@@ -22,10 +22,12 @@ Initialisation: ``repro.model.init.init_fairseq_qkv_gain1`` (fairseq: Xavier-uni
 embeddings N(0, d^-1/2)); norms keep their own init (LayerNorm (1, 0), ScaleNorm g = sqrt(d)).
 Divergence (NaN/inf, or a training loss above ``explode_loss``) is an outcome recorded by ``repro.train.train``;
 a run that stays finite but plateaus (Post-LN without warm-up typically plateaus rather than producing NaN) is
-recorded with its NLL, and the judge compares it paired by seed.
+recorded with its NLL, and the judge compares it with the other configurations.
 
-Per run (every configuration once per seed of ``seeds``; a seed fixes init, batch order and dropout, so configurations
-are compared PAIRED within a seed): train/validation curves (``curves/<run>.csv``), final and best validation NLL,
+Per run (every configuration once per seed of ``seeds``, Post-LN without warm-up at the main depth also per seed of
+``post_no_warmup_extra_seeds``; a seed fixes init, batch order and dropout, so configurations with the same seeds are
+compared PAIRED within a seed, the others by Welch's interval of their means): train/validation curves
+(``curves/<run>.csv``), final and best validation NLL,
 training loss, divergence, BLEU of greedy decoding on the first ``eval.test_sentences`` test sentences (full,
 placeholder-free subset, and the copy baseline on the same sentences: copying the German source already scores BLEU
 here).  Per data set: the unigram entropy of the training targets (the NLL of a model that learned only token
@@ -105,8 +107,13 @@ def warmup_lengths(params: dict) -> list[int]:
 
 
 def seeds_of(params: dict) -> list[int]:
-    """The seeds every configuration is trained with (``seeds``; each fixes init, batch order and dropout)."""
-    return [int(s) for s in params["seeds"]]
+    """The seeds every configuration is trained with (``seeds``; each fixes init, batch order and dropout); Post-LN
+    without warm-up at the main depth also with ``post_no_warmup_extra_seeds``."""
+    seeds, extra = [int(s) for s in params["seeds"]], [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
+    if set(seeds) & set(extra):
+        raise ValueError(f"warmup_stability.post_no_warmup_extra_seeds: {sorted(set(seeds) & set(extra))} already in "
+                         f"seeds {seeds}")
+    return seeds
 
 
 def plan_runs(params: dict) -> list[dict]:
@@ -153,8 +160,13 @@ def plan_runs(params: dict) -> list[dict]:
         return 0 if main and not r["fixnorm"] else 1 if main else 2 if r["layers"] != main_layers else 3
 
     configs = sorted(runs.values(), key=rank)
+    extra = [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
+
+    def seeds(r):  # Post-LN without warm-up at the main depth: its outcome varies by seed, so more seeds
+        varies = r["position"] == "post" and not r["warmup"] and r["layers"] == main_layers and not r["fixnorm"]
+        return seeds_of(params) + (extra if varies else [])
     return [{**r, "groups": list(r["groups"]), "name": f"{r['name']}_s{seed}", "seed": seed}
-            for r in configs for seed in seeds_of(params)]
+            for r in configs for seed in seeds(r)]
 
 
 def _training_code_hash() -> str:

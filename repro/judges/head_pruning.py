@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from repro import registry
-from repro.stats import sample_interval, t_interval
+from repro.stats import sample_interval, t_interval, welch_interval
 from repro.verdicts import (Rows, both, check, decide_interval, decide_point, gate, gated, numbers, power,
                             setup_table, uses, verdict_from_checks)
 from repro.claims.head_pruning import CLAIM
@@ -279,19 +279,9 @@ def _minority_checks(R: Rows, params: dict, T: dict) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ rule 2
 def _welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its 95% Welch interval (t at the Welch-Satterthwaite df, rounded down: conservative;
-    repro.stats' t table). Fewer than 2 values on a side give an unbounded interval."""
-    d = statistics.fmean(a) - statistics.fmean(b)
-    if len(a) < 2 or len(b) < 2:
-        return d, -math.inf, math.inf
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return d, d, d
-    df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
-    k = max(2, int(math.floor(df)) + 1)  # t_interval(mean, std, n) uses n - 1 degrees of freedom
-    lo, hi = t_interval(d, se * math.sqrt(k), k)
-    return d, lo, hi
+    """mean(a) - mean(b) and its 95% Welch interval (repro.stats.welch_interval: Welch-Satterthwaite df rounded
+    down, conservative). Fewer than 2 values on a side give an unbounded interval."""
+    return welch_interval([(1.0, a), (-1.0, b)])
 
 
 def _sensitivity_checks(R: Rows) -> list[dict]:

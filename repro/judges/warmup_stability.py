@@ -24,19 +24,23 @@ gates). The contract is ``repro.verdicts.verdict_from_checks``; the papers' numb
   (Nguyen & Salazar Table 5: Post-LN's no-warm-up gap to Pre-LN above ``post_gap_nats`` at the main depth and
   larger than at the shallowest).
 - Uncertainty: every check is decided on the per-seed PAIRED differences, by the 95% Student-t interval of their
-  mean (``repro.verdicts.decide_interval``): held when the whole interval is on the paper's side of the threshold,
-  failed when it is wholly on the other side, undecided when it straddles (or with fewer than two seeds).  A diverged
-  run (NaN/inf or loss above the measurement's ``training.explode_loss``) counts with the unigram entropy as its NLL:
-  it learned nothing.
+  mean, where the configurations compared ran the same seeds; where one ran more (``post_no_warmup_extra_seeds``:
+  Post-LN without warm-up, whose outcome varies by seed), by Welch's interval of the configurations' means
+  (``repro.stats.welch_interval``) over all their seeds (``repro.verdicts.decide_interval``): held when the whole
+  interval is on the paper's side of the threshold, failed when it is wholly on the other side, undecided when it
+  straddles (or with fewer than two seeds).  A diverged run (NaN/inf or loss above the measurement's
+  ``training.explode_loss``) counts with the unigram entropy as its NLL: it learned nothing.
 """
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass
 
 import torch
 
 from repro import registry
-from repro.stats import sample_interval
+from repro.stats import sample_interval, welch_interval
 from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, power, setup_table, uses,
                             verdict_from_checks)
 from repro.claims.warmup_stability import CLAIM, warmup_lengths
@@ -85,9 +89,25 @@ class Grid:
         bad = d.get("diverged") or v is None or not math.isfinite(v)
         return self.H if bad else float(v)
 
-    def paired(self, a: dict[int, dict], b: dict[int, dict]) -> list[float]:
-        """Per-seed NLL(a) - NLL(b) over the seeds both configurations ran."""
-        return [self.nll(a[s]) - self.nll(b[s]) for s in sorted(set(a) & set(b))]
+    def contrast(self, *terms: tuple[float, dict[int, dict]]) -> "Contrast":
+        """sum_i c_i * NLL(runs_i) over ``terms`` [(c_i, runs by seed), ...]: PAIRED within a seed (the per-seed
+        contrast's t-interval) when every configuration ran the same seeds, else from the configurations' means
+        (Welch's interval), so a configuration with more seeds (``post_no_warmup_extra_seeds``) counts all of
+        them."""
+        seeds = [set(r) for _, r in terms]
+        if all(s == seeds[0] for s in seeds):
+            xs = [sum(c * self.nll(r[s]) for c, r in terms) for s in sorted(seeds[0])]
+            if len(xs) < 2:
+                return Contrast(sum(xs) / len(xs) if xs else None, None, None, len(xs), (len(xs),), tuple(xs))
+            m, lo, hi, _ = sample_interval(xs)
+            return Contrast(m, lo, hi, len(xs), (len(xs),), tuple(xs))
+        est, lo, hi = welch_interval([(c, [self.nll(d) for d in r.values()]) for c, r in terms])
+        ns = tuple(len(r) for _, r in terms)
+        if not all(map(math.isfinite, (lo, hi))):
+            lo = hi = None
+        # power's n: the seeds of the configuration whose spread dominates the interval
+        var = [(c * c * _var([self.nll(d) for d in r.values()]) / len(r), len(r)) for c, r in terms]
+        return Contrast(est, lo, hi, max(var)[1], ns)
 
     def describe(self, runs: dict[int, dict]) -> str:
         """'valid NLL m +- sd, BLEU m +- sd (k/n diverged)' over the seeds."""
@@ -106,44 +126,64 @@ def _ms(xs: list[float], nd: int = 3) -> str:
     return f"{m:.{nd}f}" if len(xs) < 2 else f"{m:.{nd}f} +- {sd:.{nd}f}"
 
 
-def _ci(xs: list[float]) -> str:
-    m, lo, hi, _ = sample_interval(xs)
-    return f"mean {m:+.3f} nats, 95% t-interval [{lo:+.3f}, {hi:+.3f}] over {len(xs)} paired seeds"
+def _var(xs: list[float]) -> float:
+    return statistics.variance(xs) if len(xs) >= 2 else math.inf
 
 
-def _decide(xs: list[float], **side) -> tuple[bool | None, str | None]:
-    """decide_interval on the 95% t-interval of the mean of ``xs``, with the reason when undecided."""
-    if len(xs) < 2:
-        return None, f"{len(xs)} paired seed(s): no spread to decide by (needs >= 2)"
-    _, lo, hi, _ = sample_interval(xs)
-    passed = decide_interval(lo, hi, **side)
+@dataclass(frozen=True)
+class Contrast:
+    """A contrast of configurations' NLLs: its estimate, 95% interval (None: undecidable, fewer than two seeds),
+    the seed count power scales (``n``) and the seeds per configuration (one count: paired within seeds)."""
+    mean: float | None
+    lo: float | None
+    hi: float | None
+    n: int
+    seeds: tuple[int, ...]
+    per_seed: tuple[float, ...] = ()  # the paired per-seed values (none for Welch's)
+
+    @property
+    def decidable(self) -> bool:
+        return self.lo is not None and self.hi is not None
+
+    def spread(self) -> str:
+        """'mean +- sd' of the per-seed values when paired, else the estimate (Welch's)."""
+        return _ms(list(self.per_seed)) if self.per_seed else f"{self.mean:.3f} (Welch)"
+
+    def text(self) -> str:
+        how = (f"over {self.seeds[0]} paired seeds" if len(self.seeds) == 1 else
+               f"Welch over {' / '.join(map(str, self.seeds))} seeds")
+        return f"mean {self.mean:+.3f} nats, 95% t-interval [{self.lo:+.3f}, {self.hi:+.3f}] {how}"
+
+
+def _decide(c: Contrast, **side) -> tuple[bool | None, str | None]:
+    """decide_interval on the contrast's 95% interval, with the reason when undecided."""
+    if not c.decidable:
+        return None, f"{' / '.join(map(str, c.seeds))} seed(s): no spread to decide by (needs >= 2 per configuration)"
+    passed = decide_interval(c.lo, c.hi, **side)
     if passed is None:
         edge = side.get("above", side.get("below"))
-        return None, (f"the 95% interval [{lo:+.3f}, {hi:+.3f}] straddles the threshold {edge:+.3f}: too few seeds "
-                      "or too much spread")
+        return None, (f"the 95% interval [{c.lo:+.3f}, {c.hi:+.3f}] straddles the threshold {edge:+.3f}: too few "
+                      "seeds or too much spread")
     return passed, None
 
 
-def _check(name: str, xs: list[float], side: dict, measured: str, expected: str, headline=False,
+def _check(name: str, c: Contrast, side: dict, measured: str, expected: str, headline=False,
            paper_text: str | None = None, thresholds: dict | None = None, unit: str = "nats",
            source: str | None = None) -> dict:
-    """A check on the paired per-seed NLL gaps ``xs`` (``side``: {"above": t} or {"below": t}, the suite's own
-    threshold in nats); ``paper_text`` (headline checks): the paper's numbers beside the mean gap in the headline
-    tables (another quantity: BLEU, so never compared). Every check carries its power over seeds."""
-    passed, because = _decide(xs, **side)
+    """A check on an NLL contrast ``c`` (``side``: {"above": t} or {"below": t}, the suite's own threshold in nats);
+    ``paper_text`` (headline checks): the paper's numbers beside the mean gap in the headline tables (another
+    quantity: BLEU, so never compared). Every check carries its power over seeds."""
+    passed, because = _decide(c, **side)
     edge = side.get("above", side.get("below"))
-    nums, pw = None, None
-    if len(xs) >= 2:
-        mean, lo, hi = sample_interval(xs)[:3]
-        pw = power(mean, lo, hi, edge, len(xs), "seeds")
-    else:
-        mean, lo, hi = (sum(xs) / len(xs), None, None) if xs else (None, None, None)
-    if paper_text is not None and xs:
-        rule = f"{'>' if 'above' in side else '<'} {edge:g} nats, paired over seeds"
-        nums = numbers(mean, unit, lo=lo, hi=hi, paper_text=paper_text, criterion="suite", rule=rule,
+    nums = None
+    pw = power(c.mean, c.lo, c.hi, edge, c.n, "seeds") if c.decidable else None
+    if paper_text is not None and c.mean is not None:
+        how = "paired over seeds" if len(c.seeds) == 1 else "Welch over seeds"
+        rule = f"{'>' if 'above' in side else '<'} {edge:g} nats, {how}"
+        nums = numbers(c.mean, unit, lo=c.lo, hi=c.hi, paper_text=paper_text, criterion="suite", rule=rule,
                        source=source)
     return check(name, passed, measured, expected, headline=headline,
-                 interval=_ci(xs) if len(xs) >= 2 else None, undecided_because=because, numbers=nums,
+                 interval=c.text() if c.decidable else None, undecided_because=because, numbers=nums,
                  thresholds=thresholds, power=pw)
 
 
@@ -221,13 +261,24 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
                                 "measured with the warm-up arm decaying (inverse_sqrt after its warm-up) while the "
                                 "no-warm-up arm kept a constant lr, unlike the papers' one decay schedule for both "
                                 "arms: the paired no-warm-up minus warm-up gap mixes 'no warm-up' with 'no decay'"),
-        "seeds": (f"{len(seeds)} per configuration ({', '.join(map(str, seeds))}), compared paired, 95% t-intervals"
-                  if len(seeds) > 1 else f"{len(seeds)} (no spread: no check can be decided)"),
+        "seeds": _seeds_text(params, seeds),
         "precision": "fp32",
         "hardware": (f"{params.get('device', 'cpu')} (the machine: the verdict line above), "
                      + (f"{params['workers']} runs at once, one torch thread each" if (params.get("workers") or 1) > 1
                         else f"{torch.get_num_threads()} torch threads")),
     }
+
+
+def _seeds_text(params: dict, seeds: list[int]) -> str:
+    extra = [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
+    base = [s for s in seeds if s not in extra]
+    if len(seeds) < 2:
+        return f"{len(seeds)} (no spread: no check can be decided)"
+    if not extra:
+        return f"{len(seeds)} per configuration ({', '.join(map(str, seeds))}), compared paired, 95% t-intervals"
+    return (f"{len(base)} per configuration ({', '.join(map(str, base))}); Post-LN without warm-up at the main depth "
+            f"{len(base) + len(extra)} (+ {', '.join(map(str, extra))}: its outcome varies by seed); compared paired "
+            "where the seeds match, else by Welch's interval of the means; 95% t-intervals")
 
 
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
@@ -270,7 +321,7 @@ def _post_needs_warmup_check(g: Grid, params: dict, T: dict, same_decay: bool) -
     L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
     gap = T["post_gap_nats"]
     post_w, post_n = g.layernorm("post", L, hi, w), g.layernorm("post", L, hi)
-    return _check(f"Post-LN needs warm-up at lr {hi:g}", g.paired(post_n, post_w), {"above": gap},
+    return _check(f"Post-LN needs warm-up at lr {hi:g}", g.contrast((1, post_n), (-1, post_w)), {"above": gap},
                   f"no warm-up {g.describe(post_n)} vs warm-up {w}: {g.describe(post_w)}",
                   f"no-warm-up NLL higher by > {gap} nats (or diverged) (Xiong Fig. 2, Adam lr "
                   f"{' / '.join(f'{x:g}' for x in _pub('xiong_adam_lrs'))}: {_pub('xiong_postln_no_warmup_bleu')} "
@@ -290,7 +341,8 @@ def _pre_matches_baseline_check(g: Grid, params: dict, T: dict) -> dict:
     L, hi, w = params["model"]["n_encoder_layers"], max(params["lrs"]), warmup_lengths(params)[0]
     tol = T["pre_tolerance_nats"]
     pre_n, post_w = g.layernorm("pre", L, hi), g.layernorm("post", L, hi, w)
-    return _check(f"Pre-LN without warm-up matches Post-LN with warm-up at lr {hi:g}", g.paired(pre_n, post_w),
+    return _check(f"Pre-LN without warm-up matches Post-LN with warm-up at lr {hi:g}",
+                  g.contrast((1, pre_n), (-1, post_w)),
                   {"below": tol}, f"Pre-LN, no warm-up: {g.describe(pre_n)} vs Post-LN, warm-up {w}: "
                   f"{g.describe(post_w)}",
                   f"Pre-LN's no-warm-up NLL no more than {tol} nats above the Post-LN warm-up baseline's (Xiong "
@@ -310,7 +362,7 @@ def _pre_without_warmup_checks(g: Grid, params: dict, T: dict) -> list[dict]:
         a, b = g.layernorm("pre", L, lr, w), g.layernorm("pre", L, lr)
         if not a:
             continue  # Pre-LN not trained with warm-up at this scale
-        checks.append(_check(f"warm-up makes no difference to Pre-LN at lr {lr:g}", g.paired(b, a),
+        checks.append(_check(f"warm-up makes no difference to Pre-LN at lr {lr:g}", g.contrast((1, b), (-1, a)),
                              {"below": tol}, f"no warm-up {g.describe(b)} vs warm-up {w}: {g.describe(a)}",
                              f"no-warm-up NLL within {tol} nats of warm-up (Xiong Sec. 3.2)",
                              thresholds=uses(T, "pre_tolerance_nats")))
@@ -321,7 +373,8 @@ def _pre_beats_post_check(g: Grid, params: dict, T: dict) -> dict:
     """Secondary: without warm-up, Post-LN's NLL above Pre-LN's by ``post_gap_nats`` at the highest learning rate."""
     L, hi, gap = params["model"]["n_encoder_layers"], max(params["lrs"]), T["post_gap_nats"]
     post_n, pre_n = g.layernorm("post", L, hi), g.layernorm("pre", L, hi)
-    return _check(f"without warm-up Pre-LN beats Post-LN at lr {hi:g}", g.paired(post_n, pre_n), {"above": gap},
+    return _check(f"without warm-up Pre-LN beats Post-LN at lr {hi:g}", g.contrast((1, post_n), (-1, pre_n)),
+                  {"above": gap},
                   f"Post-LN {g.describe(post_n)} vs Pre-LN {g.describe(pre_n)}",
                   f"Post-LN NLL higher by > {gap} nats (Xiong Fig. 2)", thresholds=uses(T, "post_gap_nats"))
 
@@ -337,7 +390,8 @@ def _scalenorm_checks(g: Grid, params: dict, T: dict) -> list[dict]:
         ref, what = g.layernorm("pre", L, lr, w) or g.layernorm("pre", L, hi, w), "Pre-LN (LayerNorm)"
         if not ref:
             ref, what = g.layernorm("post", L, hi, w), "the Post-LN baseline"
-        checks.append(_check(f"PreNorm + ScaleNorm + FixNorm trains without warm-up at lr {lr:g}", g.paired(runs, ref),
+        checks.append(_check(f"PreNorm + ScaleNorm + FixNorm trains without warm-up at lr {lr:g}",
+                             g.contrast((1, runs), (-1, ref)),
                              {"below": margin},
                              f"{g.describe(runs)} vs {what} with warm-up {w}: {g.describe(ref)}",
                              f"NLL within {margin} nats of the warm-up control "
@@ -347,7 +401,8 @@ def _scalenorm_checks(g: Grid, params: dict, T: dict) -> list[dict]:
 
 def _depth_trend_checks(g: Grid, params: dict, T: dict) -> list[dict]:
     """Secondary (Nguyen & Salazar Table 5): without warm-up, Post-LN's gap to Pre-LN above ``post_gap_nats`` at the
-    deepest stack and larger there than at the shallowest (paired by seed); none with fewer than two depths."""
+    deepest stack and larger there than at the shallowest (``Grid.contrast``: paired by seed, or Welch where the
+    configurations ran different seeds); none with fewer than two depths."""
     gap, dl = T["post_gap_nats"], params["depth"]["lr"]
     depths = sorted({k[3] for k in g.by if k[0] == "layernorm" and k[5] == 0 and math.isclose(k[4], dl)})
     trend = [(D, g.layernorm("post", D, dl), g.layernorm("pre", D, dl)) for D in depths]
@@ -355,24 +410,23 @@ def _depth_trend_checks(g: Grid, params: dict, T: dict) -> list[dict]:
     if len(trend) < 2:
         return []
     (D0, po0, pr0), (D1, po1, pr1) = trend[0], trend[-1]
-    g0, g1 = g.paired(po0, pr0), g.paired(po1, pr1)
-    seeds = sorted(set(po0) & set(pr0) & set(po1) & set(pr1))
-    growth = [(g.nll(po1[s]) - g.nll(pr1[s])) - (g.nll(po0[s]) - g.nll(pr0[s])) for s in seeds]
+    g0, g1 = g.contrast((1, po0), (-1, pr0)), g.contrast((1, po1), (-1, pr1))
+    growth = g.contrast((1, po1), (-1, pr1), (-1, po0), (1, pr0))
     p_deep, why_deep = _decide(g1, above=gap)
     p_grow, why_grow = _decide(growth, above=0.0)
-    powers = [(p, power(*sample_interval(xs)[:3], edge, len(xs), "seeds"))
-              for p, xs, edge in ((p_deep, g1, gap), (p_grow, growth, 0.0)) if len(xs) >= 2]
+    powers = [(p, power(c.mean, c.lo, c.hi, edge, c.n, "seeds"))
+              for p, c, edge in ((p_deep, g1, gap), (p_grow, growth, 0.0)) if c.decidable]
     pw = next((w for p, w in powers if p is None), powers[0][1] if powers else None)
+    gaps = "; ".join(f"{D}+{D} layers: Post {g.describe(po)}, Pre {g.describe(pr)}" for D, po, pr in trend)
     return [check(
         f"no warm-up: Post-LN fails at {D1}+{D1} layers where Pre-LN trains, more than at {D0}+{D0}",
         both(p_deep, p_grow),
-        "; ".join(f"{D}+{D} layers: Post {g.describe(po)}, Pre {g.describe(pr)}" for D, po, pr in trend)
-        + f"; Post - Pre gap {_ms(g1)} at {D1} vs {_ms(g0)} at {D0} layers",
+        gaps + f"; Post - Pre gap {g1.spread()} at {D1} vs {g0.spread()} at {D0} layers",
         f"Post - Pre NLL gap > {gap} nats at the main depth and larger than at the shallowest (Nguyen & Salazar "
         f"Table 5, {registry.published(CLAIM, 'nguyen_no_warmup_postnorm_dev_bleu')['setup']}: PostNorm "
         f"{' / '.join('fails' if x is None else f'{x:g}' for x in _pub('nguyen_no_warmup_postnorm_dev_bleu'))} "
         f"vs PreNorm {' / '.join(f'{x:g}' for x in _pub('nguyen_no_warmup_prenorm_dev_bleu'))} BLEU)",
-        interval=(f"deepest gap: {_ci(g1)}; growth: {_ci(growth)}" if len(g1) >= 2 and len(growth) >= 2
+        interval=(f"deepest gap: {g1.text()}; growth: {growth.text()}" if g1.decidable and growth.decidable
                   else None),
         undecided_because="; ".join(x for x in (why_deep, why_grow) if x) or None,
         thresholds=uses(T, "post_gap_nats"), power=pw)]
@@ -383,7 +437,7 @@ def _meaning(scale: str, n_seeds: int, hi: float, same_decay: bool) -> str:
     return (f"At the {scale} scale with the setup above, over {n_seeds} seed(s): reproduced = the "
             f"warm-up controls learned (gates), Post-LN without warm-up ended clearly worse than with it at lr "
             f"{hi:g} while Pre-LN without warm-up ended no worse than that Post-LN warm-up baseline (95% intervals "
-            f"of the paired per-seed NLL gaps), and "
+            f"of the NLL gaps: paired per seed, or Welch's where the configurations ran different seeds), and "
             f"every decided secondary check held; partially = that contrast held and a secondary failed; "
             f"not_reproduced = a half of the contrast failed with its interval; inconclusive = a control did not "
             f"learn or an interval straddles its threshold. "

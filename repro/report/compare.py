@@ -316,14 +316,14 @@ def _build(results: Results, claim: str, reference: str | None = None) -> tuple[
                 in_pub_unit = convert(v, unit, pub_unit)
                 if in_pub_unit is not None and (percent or pub_val != 0):
                     sp_pub = None if sp is None else convert(sp, unit, pub_unit)
-                    cell = _versus(in_pub_unit, sp_pub, pub_val, None, percent)
+                    cell = _versus(in_pub_unit, sp_pub, pub_val, None, percent, unit=pub_unit)
                     scores.append(_difference(in_pub_unit, sp_pub, pub_val, None, percent))
             row[f"{hw} vs paper"] = cell
         for hw in hws:
             if hw == ref:
                 continue
             (a, sa), (b, sb) = values.get(hw, (None, None)), values.get(ref, (None, None))
-            row[f"{hw} vs {ref}"] = _versus(a, sa, b, sb, percent)
+            row[f"{hw} vs {ref}"] = _versus(a, sa, b, sb, percent, unit=str(unit or ""))
             scores.append(_difference(a, sa, b, sb, percent))
         rows.append(row)
         meta.append({"headline": head is not None, "paper": bool(pub_text),

@@ -158,25 +158,18 @@ def is_percent(unit) -> bool:
         ("percent", "% ")))
 
 
-def versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool,
-           unit: str | None = None) -> str:
-    """a against b, the rule of the compare pages and the claim pages' 'vs published': a difference in points for
-    percentages, else a ratio; '~' when the difference lies within the two spreads (noise), so only differences
-    beyond the noise stand out. With ``unit``, by :func:`mark`: the direction word ('1.44x slower' for a time,
-    '0.697x slower' for tokens/s) and '(no spread)' when neither side has one."""
+def versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool, unit: str) -> str:
+    """a against b, the rule of the compare pages and the claim pages' 'vs published', by :func:`mark`: a difference
+    in points for percentages, else a ratio, with the direction word of ``unit`` ('1.44x slower' for a time,
+    '0.697x slower' for tokens/s); '~' when the difference lies within the two spreads (noise), so only differences
+    beyond the noise stand out, and '(no spread)' when neither side has one."""
     if a is None or b is None:
         return ""
     noise = (sa or 0.0) + (sb or 0.0)
-    within = noise > 0 and abs(a - b) <= noise
     if not percent and not b:
         return ""
-    if unit is not None:
-        return mark(a, b, "difference" if percent else "ratio", "%" if percent else unit, within=within,
-                    spread=noise > 0)
-    within = "~" if within else ""
-    if percent:
-        return f"{within}{a - b:+.3g} pp"
-    return f"{within}{a / b:.3g}x"
+    return mark(a, b, "difference" if percent else "ratio", "%" if percent else unit,
+                within=noise > 0 and abs(a - b) <= noise, spread=noise > 0)
 
 
 HEADLINES = Path(__file__).resolve().parents[1] / "registry" / "headlines.yaml"
