@@ -20,8 +20,8 @@ import time
 from types import SimpleNamespace
 
 import torch
-import yaml
 
+from repro import config
 from repro.train.loop import model_loss
 from repro.train.pipeline import build_model
 
@@ -84,8 +84,8 @@ def _step_fn(model, vocab: int, batch: int, src_len: int, tgt_len: int):
 
 
 def steps(rounds: int = 3) -> dict:
-    tr = yaml.safe_load(open("config/claims/translation.yaml"))["default"]
-    ws = yaml.safe_load(open("config/claims/warmup_stability.yaml"))["default"]["model"]
+    tr = config.section("translation", "default")
+    ws = config.section("warmup_stability", "default")["model"]
     models = {
         "translation model (6+3, d 256), 2048 target tokens": (build_model(tr["model"], 8000, 1), 8000, 64, 32),
         "LM (4 layers, d 256), 2048 tokens": (build_model(tr["lm"]["model"], 8000, 1, kind="lm"), 8000, 64, 32),
