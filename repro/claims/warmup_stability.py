@@ -106,14 +106,18 @@ def warmup_lengths(params: dict) -> list[int]:
     return sorted({int(x) for x in (w if isinstance(w, list) else [w])}, reverse=True)
 
 
-def seeds_of(params: dict) -> list[int]:
-    """The seeds every configuration is trained with (``seeds``; each fixes init, batch order and dropout); Post-LN
-    without warm-up at the main depth also with ``post_no_warmup_extra_seeds``."""
+def seeds_for(params: dict, position: str, warmup: int, layers: int, fixnorm: bool = False) -> list[int]:
+    """The seeds one configuration is trained with (each fixes init, batch order and dropout): ``seeds``, with
+    ``post_no_warmup_extra_seeds`` added for Post-LN without warm-up at the main depth (its outcome varies by seed),
+    and ``depth.seeds`` (when set) for the depth sweep's runs at the other depths (they train alike on every seed)."""
     seeds, extra = [int(s) for s in params["seeds"]], [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
     if set(seeds) & set(extra):
         raise ValueError(f"warmup_stability.post_no_warmup_extra_seeds: {sorted(set(seeds) & set(extra))} already in "
                          f"seeds {seeds}")
-    return seeds
+    main = layers == params["model"]["n_encoder_layers"]
+    if not main:
+        return [int(s) for s in params["depth"].get("seeds") or seeds]
+    return seeds + (extra if position == "post" and not warmup and not fixnorm else [])
 
 
 def plan_runs(params: dict) -> list[dict]:
@@ -160,13 +164,8 @@ def plan_runs(params: dict) -> list[dict]:
         return 0 if main and not r["fixnorm"] else 1 if main else 2 if r["layers"] != main_layers else 3
 
     configs = sorted(runs.values(), key=rank)
-    extra = [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
-
-    def seeds(r):  # Post-LN without warm-up at the main depth: its outcome varies by seed, so more seeds
-        varies = r["position"] == "post" and not r["warmup"] and r["layers"] == main_layers and not r["fixnorm"]
-        return seeds_of(params) + (extra if varies else [])
     return [{**r, "groups": list(r["groups"]), "name": f"{r['name']}_s{seed}", "seed": seed}
-            for r in configs for seed in seeds(r)]
+            for r in configs for seed in seeds_for(params, r["position"], r["warmup"], r["layers"], r["fixnorm"])]
 
 
 def _training_code_hash() -> str:

@@ -24,8 +24,9 @@ gates). The contract is ``repro.verdicts.verdict_from_checks``; the papers' numb
   (Nguyen & Salazar Table 5: Post-LN's no-warm-up gap to Pre-LN above ``post_gap_nats`` at the main depth and
   larger than at the shallowest).
 - Uncertainty: every check is decided on the per-seed PAIRED differences, by the 95% Student-t interval of their
-  mean, where the configurations compared ran the same seeds; where one ran more (``post_no_warmup_extra_seeds``:
-  Post-LN without warm-up, whose outcome varies by seed), by Welch's interval of the configurations' means
+  mean, where the configurations compared ran the same seeds; where they ran different ones
+  (``post_no_warmup_extra_seeds``: more for Post-LN without warm-up, whose outcome varies by seed; ``depth.seeds``:
+  fewer for the shallow depth sweep, which trains alike on every seed), by Welch's interval of the configurations' means
   (``repro.stats.welch_interval``) over all their seeds (``repro.verdicts.decide_interval``): held when the whole
   interval is on the paper's side of the threshold, failed when it is wholly on the other side, undecided when it
   straddles (or with fewer than two seeds).  A diverged run (NaN/inf or loss above the measurement's
@@ -93,7 +94,7 @@ class Grid:
         """sum_i c_i * NLL(runs_i) over ``terms`` [(c_i, runs by seed), ...]: PAIRED within a seed (the per-seed
         contrast's t-interval) when every configuration ran the same seeds, else from the configurations' means
         (Welch's interval), so a configuration with more seeds (``post_no_warmup_extra_seeds``) counts all of
-        them."""
+        them, and one with fewer (``depth.seeds``) all of its own."""
         seeds = [set(r) for _, r in terms]
         if all(s == seeds[0] for s in seeds):
             xs = [sum(c * self.nll(r[s]) for c, r in terms) for s in sorted(seeds[0])]
@@ -231,7 +232,7 @@ def gates(g: Grid, params: dict, v: dict, copy_bleu: float | None) -> list[dict]
     return out
 
 
-def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
+def this_run(params: dict, data: dict, grid: "Grid") -> dict[str, str]:
     """This run's side of the "Setup beside the paper" table, from the config and the data rows."""
     m, tr, b = params["model"], params["training"], params["model"]["block"]
     L = m["n_encoder_layers"]
@@ -261,7 +262,7 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
                                 "measured with the warm-up arm decaying (inverse_sqrt after its warm-up) while the "
                                 "no-warm-up arm kept a constant lr, unlike the papers' one decay schedule for both "
                                 "arms: the paired no-warm-up minus warm-up gap mixes 'no warm-up' with 'no decay'"),
-        "seeds": _seeds_text(params, seeds),
+        "seeds": _seeds_text(grid),
         "precision": "fp32",
         "hardware": (f"{params.get('device', 'cpu')} (the machine: the verdict line above), "
                      + (f"{params['workers']} runs at once, one torch thread each" if (params.get("workers") or 1) > 1
@@ -269,16 +270,25 @@ def this_run(params: dict, data: dict, seeds: list[int]) -> dict[str, str]:
     }
 
 
-def _seeds_text(params: dict, seeds: list[int]) -> str:
-    extra = [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
-    base = [s for s in seeds if s not in extra]
+def _seeds_text(g: "Grid") -> str:
+    """The seeds as measured, per configuration (from the rows: the plan's ``seeds``, ``post_no_warmup_extra_seeds``
+    and ``depth.seeds`` decide them, the judge only reports them)."""
+    seeds = sorted({s for runs in g.by.values() for s in runs})
     if len(seeds) < 2:
         return f"{len(seeds)} (no spread: no check can be decided)"
-    if not extra:
+    sets = {k: tuple(sorted(r)) for k, r in g.by.items()}
+    if len(set(sets.values())) == 1:
         return f"{len(seeds)} per configuration ({', '.join(map(str, seeds))}), compared paired, 95% t-intervals"
-    return (f"{len(base)} per configuration ({', '.join(map(str, base))}); Post-LN without warm-up at the main depth "
-            f"{len(base) + len(extra)} (+ {', '.join(map(str, extra))}: its outcome varies by seed); compared paired "
-            "where the seeds match, else by Welch's interval of the means; 95% t-intervals")
+    common = max(set(sets.values()), key=lambda t: (sum(v == t for v in sets.values()), len(t)))
+
+    def name(k):  # (norm, position, fixnorm, layers, lr, warmup)
+        norm, pos, fix, L, lr, w = k
+        what = "ScaleNorm+FixNorm" if fix else f"{pos.capitalize()}-LN"
+        return f"{what} {L}+{L} {'warm-up ' + str(w) if w else 'without warm-up'} at lr {lr:g}"
+    others = "; ".join(f"{name(k)}: {len(t)} ({', '.join(map(str, t))})" for k, t in sorted(sets.items())
+                       if t != common)
+    return (f"{len(common)} per configuration ({', '.join(map(str, common))}), except {others}; compared paired where "
+            "the seeds match, else by Welch's interval of the means; 95% t-intervals")
 
 
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
@@ -300,7 +310,7 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     gs = gates(g, params, T, _copy_bleu(g))
     checks = [gated(c, gs) for c in checks]
     seeds = sorted({s for runs in g.by.values() for s in runs})
-    return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, seeds)),
+    return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, g)),
                                meaning=_meaning(scale, len(seeds), max(params["lrs"]), same_decay))
 
 
