@@ -8,13 +8,19 @@ import sys
 from pathlib import Path
 
 from repro import config, registry
-from repro.io import ResultsError, read_json
+from repro.io import ResultsError
 
 from .compare import write_compare
 from .matrix import read_cells, write
 from .pages import ARTEFACT_PAGES, claim_page, index_page
-from .publish import PublishError, publish, publish_peers, rejudge_reference, render_reference
-from .runtime import RUN_RECORD
+from .publish import (
+    PublishError,
+    newest_reference,
+    publish,
+    publish_peers,
+    rejudge_reference,
+    render_reference,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,14 +128,6 @@ def rebuild_references(references_root: str = "references") -> None:
         write_compare(None, scale, refs / "reports" / "compare" / scale, references_root=refs,
                       reference=newest_reference(refs, scale))
     write(None, refs / "reports", refs / "reports" / "matrix.md", references_root=refs)
-
-
-def newest_reference(refs: Path, scale: str) -> str | None:
-    """The compare pages' reference machine, as publish left it: the reference whose run (run.json) finished last
-    at ``scale``; None (the first machine) where no reference has a run record."""
-    runs = [(read_json(f).get("finished") or "", f.parent.parent.name)
-            for f in (refs / "results").glob(f"*/{scale}/{RUN_RECORD}")]
-    return f"{max(runs)[1]} (reference)" if runs else None
 
 
 if __name__ == "__main__":

@@ -33,13 +33,19 @@ from pathlib import Path
 
 from repro import artefacts, config, provenance, registry
 from repro.errors import ResultsError
+from repro.io import read_json, read_verdict
 from repro.judging import rejudge
-from repro.io import read_verdict
 from repro.report import pages
 from repro.report.compare import write_compare
 from repro.report.matrix import write
 from repro.report.origin import REFERENCE, recorded_keys
-from repro.report.peers import BENCH_DIR, peer_folders, peer_page, read_peer, render_peer_pages
+from repro.report.peers import (
+    BENCH_DIR,
+    peer_folders,
+    peer_page,
+    read_peer,
+    render_peer_pages,
+)
 from repro.report.runtime import RUN_RECORD
 
 log = logging.getLogger("repro")
@@ -246,9 +252,17 @@ def rejudge_reference(hardware: str, scale: str, references_root: str | Path = "
     refs = Path(references_root)
     render_reference(refs, hardware, scale)
     write(None, refs / "reports", refs / "reports" / "matrix.md", references_root=refs)
-    write_compare(None, scale, refs / "reports" / "compare" / scale, reference=f"{hardware} (reference)",
-                  references_root=refs)
+    write_compare(None, scale, refs / "reports" / "compare" / scale, reference=newest_reference(refs, scale),
+                  references_root=refs)  # re-judging one machine leaves the reference machine where publish left it
     return names
+
+
+def newest_reference(refs: Path, scale: str) -> str | None:
+    """The compare pages' reference machine, as publish left it: the reference whose run (run.json) finished last
+    at ``scale``; None (the first machine) where no reference has a run record."""
+    runs = [(read_json(f).get("finished") or "", f.parent.parent.name)
+            for f in (refs / "results").glob(f"*/{scale}/{RUN_RECORD}")]
+    return f"{max(runs)[1]} (reference)" if runs else None
 
 
 def render_reference(refs: Path, hardware: str, scale: str) -> None:
