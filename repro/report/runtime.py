@@ -52,12 +52,32 @@ def read_benchmarks(results_root: str | Path, hardware: str, scale: str) -> pd.D
     return pd.DataFrame(rows, columns=["job", "wall_s", "cpu_s", "max_rss_mb", "mean_load", "end"])
 
 
+def cpu_mhz() -> float | None:
+    """The CPU clock the kernel reports (/proc/cpuinfo's "cpu MHz", averaged over the processors), or None where
+    there is none. A virtual machine's CPU name may carry no clock ("Intel(R) Xeon(R) Processor"), so the same
+    hardware id can run on hosts of different speeds: the record keeps the clock the run saw."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    mhz = []
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "cpu MHz":
+            try:
+                mhz.append(float(value))
+            except ValueError:
+                continue
+    return round(sum(mhz) / len(mhz), 1) if mhz else None
+
+
 def write_run_record(results_dir: str | Path, *, started: float, finished: float, status: str, hardware: str,
                      scale: str, cores: int | None, targets: list[str]) -> dict:
     """Record one ``snakemake`` invocation in ``results_dir/run.json`` (the workflow's onsuccess / onerror handler):
     when it started and ended, its wall minutes, the jobs it ran (benchmark files written since it started) with
-    their core-minutes (CPU time) and summed wall minutes, the commit, the machine and the cores it was given. An
-    earlier record of the same folder moves to ``earlier`` (the newest first)."""
+    their core-minutes (CPU time) and summed wall minutes, the commit, the machine (with the CPU clock the kernel
+    reports at the end: :func:`cpu_mhz`) and the cores it was given. An earlier record of the same folder moves to
+    ``earlier`` (the newest first)."""
     folder = Path(results_dir)
     frame = read_benchmarks(folder.parent.parent, hardware, scale)
     ran = frame[frame["end"] >= started - 1] if not frame.empty else frame
@@ -72,7 +92,7 @@ def write_run_record(results_dir: str | Path, *, started: float, finished: float
               "sum_job_wall_minutes": round(float(ran["wall_s"].fillna(0).sum()) / 60, 2) if len(ran) else 0.0,
               "jobs_run": sorted(ran["job"].tolist()) if len(ran) else [], "cores": cores, "targets": targets,
               "hardware": hardware, "scale": scale, "git": git_commit(),
-              "machine": fp.get("hardware"), "software": fp.get("software")}
+              "machine": fp.get("hardware"), "cpu_mhz": cpu_mhz(), "software": fp.get("software")}
     old = read_json(folder / RUN_RECORD) if (folder / RUN_RECORD).is_file() else None
     if old:
         record["earlier"] = ([{k: v for k, v in old.items() if k != "earlier"}] + list(old.get("earlier") or []))[:HISTORY]
@@ -101,8 +121,10 @@ def run_time_text(rec: dict | None) -> str:
     if not rec:
         return "run time unknown (no run.json: the run predates it, or is still running)"
     commit = str((rec.get("git") or {}).get("commit") or "")[:7]
+    clock = f", CPU clock {rec['cpu_mhz']:.0f} MHz as the kernel reported it" if rec.get("cpu_mhz") else ""
     return (f"{rec['wall_minutes']:.1f} min wall for {rec['jobs']} jobs ({rec['core_minutes']:.1f} core-minutes, "
-            f"{rec.get('cores') or '?'} cores), run of commit {commit or '?'} started {rec['started']} (run.json)")
+            f"{rec.get('cores') or '?'} cores{clock}), run of commit {commit or '?'} started {rec['started']} "
+            "(run.json)")
 
 
 def totals(frame: pd.DataFrame) -> dict:
