@@ -159,6 +159,8 @@ def test_run_time_comes_from_run_json_never_from_file_times(tmp_path):
 
     assert rec["cpu_mhz"] == cpu_mhz() and (rec["cpu_mhz"] is None or rec["cpu_mhz"] > 0)
     assert "MHz" in run_time_text({**rec, "cpu_mhz": 2599.998}) and "MHz" not in run_time_text({**rec, "cpu_mhz": None})
+    if rec["cpu_mhz"]:  # the comparison names each run's clock beside its wall time
+        assert f"{rec['cpu_mhz']:.0f} MHz)" in "\n".join(compare_md(tmp_path / "results", "default"))
     for f in bench.iterdir():  # a checkout resets file times: the record must not care
         os.utime(f, (start - 10 * 86400, start - 10 * 86400))
     assert read_run_record(tmp_path / "results", "hw", "default")["wall_minutes"] == 30.0

@@ -179,13 +179,16 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
             tot = totals(frame)
             slow = frame.sort_values("wall_s", ascending=False).head(3)
             rec = read_run_record(root, hw_dir.name, scale)
-            wall = f"{rec['wall_minutes']:.1f} min ({str((rec.get('git') or {}).get('commit') or '')[:7]})" if rec \
-                else "unknown (no run.json)"
+            clock = f", {rec['cpu_mhz']:.0f} MHz" if rec and rec.get("cpu_mhz") else ""
+            wall = f"{rec['wall_minutes']:.1f} min ({str((rec.get('git') or {}).get('commit') or '')[:7]}{clock})" \
+                if rec else "unknown (no run.json)"
             rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | {wall} | "
                         + ", ".join(f"{r.job} {_fmt_s(r.wall_s)}" for r in slow.itertuples()) + " |")
     if not rows:
         return []
     return ["## Run time per machine", "",
-            f"From each machine's Snakemake benchmark files (results/<hardware>/{scale}/{BENCH_DIR}/).", "",
-            "| hardware | jobs | sum of job wall times | run wall time (run.json, commit) | slowest jobs |",
+            f"From each machine's Snakemake benchmark files (results/<hardware>/{scale}/{BENCH_DIR}/). The CPU clock is "
+            "the kernel's (run.json's cpu_mhz, where recorded): one hardware id can run on hosts of different speeds "
+            "when the CPU's name carries no clock.", "",
+            "| hardware | jobs | sum of job wall times | run wall time (run.json: commit, CPU clock) | slowest jobs |",
             "|---|---:|---:|---:|---|", *rows, ""]
