@@ -81,6 +81,10 @@ class Grid:
                 return v
         return {}
 
+    def seeds(self) -> list[int]:
+        """Every seed any configuration ran."""
+        return sorted({s for runs in self.by.values() for s in runs})
+
     def layernorm(self, position: str, layers: int, lr: float, warmup: int = 0) -> dict[int, dict]:
         """The LayerNorm (no FixNorm) runs of one configuration, by seed."""
         return self.get("layernorm", position, False, layers, lr, warmup)
@@ -273,7 +277,7 @@ def this_run(params: dict, data: dict, grid: "Grid") -> dict[str, str]:
 def _seeds_text(g: "Grid") -> str:
     """The seeds as measured, per configuration (from the rows: the plan's ``seeds``, ``post_no_warmup_extra_seeds``
     and ``depth.seeds`` decide them, the judge only reports them)."""
-    seeds = sorted({s for runs in g.by.values() for s in runs})
+    seeds = g.seeds()
     if len(seeds) < 2:
         return f"{len(seeds)} (no spread: no check can be decided)"
     sets = {k: tuple(sorted(r)) for k, r in g.by.items()}
@@ -282,7 +286,7 @@ def _seeds_text(g: "Grid") -> str:
     common = max(set(sets.values()), key=lambda t: (sum(v == t for v in sets.values()), len(t)))
 
     def name(k):  # (norm, position, fixnorm, layers, lr, warmup)
-        norm, pos, fix, L, lr, w = k
+        _, pos, fix, L, lr, w = k
         what = "ScaleNorm+FixNorm" if fix else f"{pos.capitalize()}-LN"
         return f"{what} {L}+{L} {'warm-up ' + str(w) if w else 'without warm-up'} at lr {lr:g}"
     others = "; ".join(f"{name(k)}: {len(t)} ({', '.join(map(str, t))})" for k, t in sorted(sets.items())
@@ -309,9 +313,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
               *_scalenorm_checks(g, params, T), *_depth_trend_checks(g, params, T)]
     gs = gates(g, params, T, _copy_bleu(g))
     checks = [gated(c, gs) for c in checks]
-    seeds = sorted({s for runs in g.by.values() for s in runs})
     return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, g)),
-                               meaning=_meaning(scale, len(seeds), max(params["lrs"]), same_decay))
+                               meaning=_meaning(scale, len(g.seeds()), max(params["lrs"]), same_decay))
 
 
 def _pub(key: str):

@@ -55,7 +55,9 @@ def read_benchmarks(results_root: str | Path, hardware: str, scale: str) -> pd.D
 def cpu_mhz() -> float | None:
     """The CPU clock the kernel reports (/proc/cpuinfo's "cpu MHz", averaged over the processors), or None where
     there is none. A virtual machine's CPU name may carry no clock ("Intel(R) Xeon(R) Processor"), so the same
-    hardware id can run on hosts of different speeds: the record keeps the clock the run saw."""
+    hardware id can run on hosts of different speeds: the record keeps the clock the run saw. (It reads the file
+    repro.bench.fingerprint reads for the CPU's name; it moves there, into every result's fingerprint, with the next
+    change to the measuring code: editing that module stales every reference's key.)"""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
@@ -116,12 +118,18 @@ def read_run_record(results_root: str | Path, hardware: str, scale: str) -> dict
     return max(ok, key=lambda r: (r.get("jobs") or 0, r.get("finished") or ""))
 
 
+def _commit_and_clock(rec: dict) -> tuple[str, str]:
+    """A run record's short commit and its CPU clock ("2600 MHz", or "" where not recorded)."""
+    return (str((rec.get("git") or {}).get("commit") or "")[:7],
+            f"{rec['cpu_mhz']:.0f} MHz" if rec.get("cpu_mhz") else "")
+
+
 def run_time_text(rec: dict | None) -> str:
     """One line: the run's wall time and work from its run.json record, saying which run it was."""
     if not rec:
         return "run time unknown (no run.json: the run predates it, or is still running)"
-    commit = str((rec.get("git") or {}).get("commit") or "")[:7]
-    clock = f", CPU clock {rec['cpu_mhz']:.0f} MHz as the kernel reported it" if rec.get("cpu_mhz") else ""
+    commit, mhz = _commit_and_clock(rec)
+    clock = f", CPU clock {mhz} as the kernel reported it" if mhz else ""
     return (f"{rec['wall_minutes']:.1f} min wall for {rec['jobs']} jobs ({rec['core_minutes']:.1f} core-minutes, "
             f"{rec.get('cores') or '?'} cores{clock}), run of commit {commit or '?'} started {rec['started']} "
             "(run.json)")
@@ -179,9 +187,10 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
             tot = totals(frame)
             slow = frame.sort_values("wall_s", ascending=False).head(3)
             rec = read_run_record(root, hw_dir.name, scale)
-            clock = f", {rec['cpu_mhz']:.0f} MHz" if rec and rec.get("cpu_mhz") else ""
-            wall = f"{rec['wall_minutes']:.1f} min ({str((rec.get('git') or {}).get('commit') or '')[:7]}{clock})" \
-                if rec else "unknown (no run.json)"
+            wall = "unknown (no run.json)"
+            if rec:
+                commit, mhz = _commit_and_clock(rec)
+                wall = f"{rec['wall_minutes']:.1f} min ({commit}{', ' + mhz if mhz else ''})"
             rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | {wall} | "
                         + ", ".join(f"{r.job} {_fmt_s(r.wall_s)}" for r in slow.itertuples()) + " |")
     if not rows:
