@@ -98,7 +98,7 @@ def tiny_models(tmp_path_factory):
 def test_tiny_run(tiny_models):
     out = tiny_models / "layer_pruning"
     out.mkdir()
-    params = config.section(C, "tiny")
+    params = config.deep_merge(config.section(C, "tiny"), {"heal": {"control": True}})  # healing's paired contrast
     rows, verdict = run_and_judge(C, lp.run, params, "tiny", out)
     assert verdict["verdict"] == "not_applicable"
     by = lambda m, **kw: Rows(rows).metric(m).where(**kw)  # noqa: E731
@@ -135,7 +135,25 @@ def test_tiny_run(tiny_models):
             if sw["layers"] == sw["random_layers"]:  # the same layers: a tie, on [0, 0]
                 assert r["value"] == 0.0 and sw["lo"] == sw["hi"] == 0.0
     healed = by("valid_nll", stack="lm", healed=True)
-    assert sorted(r["sweep"]["n_removed"] for r in healed) == [2, 3]  # fractions 0.5 and 1.0 of 3 layers
+    assert sorted(r["sweep"]["n_removed"] for r in healed) == [0, 2, 3]  # the control; 0.5 and 1.0 of 3 layers
+    # the BI rule's BLEU as a fraction of the unpruned model's, with its paired interval (translation stacks)
+    for s, L in (("encoder", 3), ("decoder", 2)):
+        ratios = by("bleu_ratio_to_unpruned", stack=s)
+        base = by("bleu", stack=s, rule="none", healed=False).value()
+        assert len(ratios) == (L if base > 0 else 0)  # no ratio to a BLEU of 0 (a tiny model may score none)
+        for r in ratios:
+            bleu_n = by("bleu", stack=s, rule="bi", n_removed=r["sweep"]["n_removed"], healed=False).value()
+            assert r["value"] == pytest.approx(bleu_n / base, abs=1e-9) and r["sweep"]["lo"] <= r["sweep"]["hi"]
+    # healing's gap change (healed - control) - (unhealed - unpruned), paired over the validation sentences
+    for s in ("decoder", "lm"):  # the encoder heals at no fraction in the tiny config
+        nll = lambda **kw: by("valid_nll", stack=s, **kw).value()  # noqa: E731
+        changes = by("healing_gap_change", stack=s)
+        assert changes and len(changes) == len(by("valid_nll", stack=s, healed=True)) - 1  # every one but the control
+        for r in changes:
+            sw = r["sweep"]
+            expect = (nll(rule=sw["rule"], n_removed=sw["n_removed"], healed=True) - nll(rule="none", healed=True)
+                      - nll(rule=sw["rule"], n_removed=sw["n_removed"], healed=False) + nll(rule="none", healed=False))
+            assert r["value"] == pytest.approx(expect, abs=1e-6) and sw["lo"] <= r["value"] <= sw["hi"]
     assert (out / "profiles.json").exists() and (out / "quality.csv").exists()
     # the plots work on the tiny output
     from repro.io import write_results
@@ -269,6 +287,24 @@ def test_healing_is_judged_against_the_control_fine_tune():
     rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 1.0, 1: 3.1, 2: 3.9, 3: 4.1})
     heal = [c for c in _judge(rows, params)["checks"] if c["name"].startswith("healing")][0]
     assert heal["passed"] is False
+
+
+@pytest.mark.parametrize("intervals, expect", [([(-0.5, -0.1), (-0.3, -0.05), (-0.9, -0.2)], True),
+                                               ([(-0.5, -0.1), (-0.02, 0.03), (-0.9, -0.2)], None),
+                                               ([(-0.5, -0.1), (0.0, 0.4), (-0.9, -0.2)], None),
+                                               ([(-0.5, -0.1), (0.05, 0.4), (-0.9, -0.2)], False)])
+def test_healing_is_decided_by_the_paired_gap_change(intervals, expect):
+    """With the measured ``healing_gap_change`` rows each healed count is decided by its paired interval: all below
+    0 holds; one touching 0 (a tie, or a gap too small to recover) decides nothing, whatever the point values
+    say; one above 0 fails."""
+    rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 1.0, 1: 3.1, 2: 3.9, 3: 4.1})
+    for n, (lo, hi) in zip((1, 2, 3), intervals):
+        rows.append(metric(C, "healing_gap_change", (lo + hi) / 2, "nats/token", kind="statistic", stack="lm",
+                           rule="angular", n_removed=n, healed=True, lo=lo, hi=hi))
+    heal = [c for c in _judge(rows, params)["checks"] if c["name"].startswith("healing")][0]
+    assert heal["passed"] is expect
+    if expect is None:
+        assert "lm/angular n=2" in heal["undecided_because"]
 
 
 def test_judge_null_data_never_reproduces():
@@ -469,3 +505,40 @@ def test_controls_tie_and_reverse_the_random_comparison(width):
     v = judge_ref(C, folder, controls.paper_false(rows), controlled=True)
     assert v["verdict"] == "not_reproduced"
     assert [c["passed"] for c in v["checks"] if c["name"] == BEATS] == [False]
+
+
+def test_ratio_rows_are_paired_bootstrap_ratios_of_the_decodes_made():
+    """bleu_ratio_to_unpruned: the BI selection's corpus BLEU over the unpruned model's, and a percentile interval
+    from the same resampled sentences; copying the reference (a perfect system) against itself is 1 on [1, 1]."""
+    from types import SimpleNamespace
+
+    from repro.train.bleu import corpus_bleu, sentence_stats
+    rng = __import__("numpy").random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    refs = [" ".join(rng.choice(words, 8)) for _ in range(150)]
+    worse = [r if i % 2 else " ".join(rng.choice(words, 8)) for i, r in enumerate(refs)]
+    ev = SimpleNamespace(units={("skip", ()): sentence_stats(refs, refs), ("skip", (1,)): sentence_stats(worse, refs),
+                                ("skip", (0, 1)): sentence_stats(refs, refs)})
+    table = [{"rule": "none", "healed": False, "n_removed": 0, "layers": []},
+             {"rule": "bi", "healed": False, "n_removed": 1, "layers": [1]},
+             {"rule": "bi", "healed": False, "n_removed": 2, "layers": [1, 0]},
+             {"rule": "random", "healed": False, "n_removed": 1, "layers": [0]}]
+    rows = lp.ratio_rows(table, ev, "decoder", 2, {"samples": 300, "seed": 0, "alpha": 0.05})
+    assert [r["sweep"]["n_removed"] for r in rows] == [1, 2]
+    one, two = rows
+    assert one["value"] == pytest.approx(corpus_bleu(worse, refs).score / 100.0)
+    assert one["sweep"]["lo"] < one["value"] < one["sweep"]["hi"] < 1.0
+    assert two["value"] == pytest.approx(1.0) and two["sweep"]["lo"] == pytest.approx(1.0) == two["sweep"]["hi"]
+    assert lp.ratio_rows(table, ev, "lm", 2, {"samples": 10, "seed": 0, "alpha": 0.05}) == []
+
+
+@pytest.mark.parametrize("lo, hi, expect", [(0.85, 0.95, False), (0.2, 0.4, True), (0.4, 0.6, None),
+                                            (0.3, 0.5, None)])
+def test_shortgpt_collapse_is_decided_by_the_ratio_interval(lo, hi, expect):
+    """ShortGPT's collapse at ~27% of the layers: the BLEU ratio's interval against the collapse point (0.5): wholly
+    above fails, wholly below holds, containing or touching it decides nothing."""
+    rows, params = _rows([20.0, 24.0, 50.0, 60.0, 500.0], [20.0, 8.0, 5.0, 2.0, 1.0], {0: 1.0, 1: 3.1, 2: 3.9, 3: 4.1})
+    rows.append(metric(C, "bleu_ratio_to_unpruned", (lo + hi) / 2, "ratio", kind="statistic", stack="decoder",
+                       rule="bi", n_removed=1, healed=False, lo=lo, hi=hi))
+    sg = [c for c in _judge(rows, params)["checks"] if "collapses with" in c["name"]]
+    assert len(sg) == 1 and sg[0]["passed"] is expect

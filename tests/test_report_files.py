@@ -155,7 +155,8 @@ def test_run_time_comes_from_run_json_never_from_file_times(tmp_path):
                            scale="default", cores=2, targets=["reproduce_all"])
     assert rec["wall_minutes"] == 30.0 and rec["jobs"] == 2 and rec["core_minutes"] == round(1390 / 60, 2)
     # the clock the kernel reported (a VM's CPU name may carry none: one hardware id, hosts of different speeds)
-    from repro.report.runtime import cpu_mhz, run_time_text
+    from repro.bench.fingerprint import cpu_mhz
+    from repro.report.runtime import run_time_text
 
     assert rec["cpu_mhz"] == cpu_mhz() and (rec["cpu_mhz"] is None or rec["cpu_mhz"] > 0)
     assert "MHz" in run_time_text({**rec, "cpu_mhz": 2599.998}) and "MHz" not in run_time_text({**rec, "cpu_mhz": None})

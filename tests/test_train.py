@@ -306,3 +306,68 @@ def test_data_bin_corpus_loads(tmp_path):
     assert len(hyps) == 2 and stats["sentences"] == 2 and all("@@" not in h for h in hyps)
     with pytest.raises(ValueError, match="translation.corpus.path"):
         load_data({"corpus": {**p["corpus"], "path": None}})
+
+
+def test_bootstrap_se_shrinks_with_sentences_and_is_zero_for_a_copy():
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(50)]
+    refs = [" ".join(rng.choice(words, 8)) for _ in range(400)]
+    hyps = [r if i % 3 else " ".join(rng.choice(words, 8)) for i, r in enumerate(refs)]
+    small = bleu.bootstrap_se(hyps[:100], refs[:100], refs[:100], 300, 0)
+    large = bleu.bootstrap_se(hyps, refs, refs, 300, 0)
+    assert 0 < large["bleu"] < small["bleu"]  # ~1/sqrt(sentences)
+    assert large["sentences"] == 400 and large["samples"] == 300
+    same = bleu.bootstrap_se(refs, refs, refs, 200, 0)  # a perfect system, copying the reference: no error
+    assert same["bleu"] == pytest.approx(0.0, abs=1e-9) and same["minus_copy"] == pytest.approx(0.0, abs=1e-9)
+
+
+def _translation_rows(bleu_value, se, copy=12.6, se_copy=None, n=1341):
+    from repro.io import metric
+    rows = [metric("translation", "bleu", bleu_value, "BLEU", n=n, split="test"),
+            metric("translation", "bleu_copy_baseline", copy, "BLEU", n=n, split="test"),
+            metric("translation", "train_minutes", 12.0, "min"), metric("translation", "train_steps", 700, "updates")]
+    if se is not None:
+        rows += [metric("translation", "bleu_bootstrap_se", se, "BLEU", kind="statistic", n=n, split="test"),
+                 metric("translation", "bleu_minus_copy_bootstrap_se", se if se_copy is None else se_copy, "BLEU",
+                        kind="statistic", n=n, split="test")]
+    return rows
+
+
+def _translation_verdict(rows):
+    from repro.judging import judge_rows
+    return judge_rows("translation", rows, scale="default", encoder_layers=6, heads=8)
+
+
+def test_translation_target_is_decided_by_its_interval_and_a_tie_decides_nothing():
+    """The target check: BLEU +- z * bootstrap SE against 20 (the committed config's thresholds): clearly above
+    passes, clearly below fails, on the target (or within the interval) stays undecided with what would decide it;
+    rows without the error fall back to the point value, where exactly 20 is still a tie."""
+    above = _translation_verdict(_translation_rows(24.7, 0.9))
+    head = next(c for c in above["checks"] if c["headline"])
+    assert head["passed"] is True and head["numbers"]["lo"] > 20 and above["verdict"] == "reproduced"
+    below = _translation_verdict(_translation_rows(15.0, 0.9))
+    assert next(c for c in below["checks"] if c["headline"])["passed"] is False
+    assert below["verdict"] == "not_reproduced"
+    for value in (20.0, 21.0):  # a tie, and a margin inside the interval
+        v = _translation_verdict(_translation_rows(value, 0.9))
+        c = next(c for c in v["checks"] if c["headline"])
+        assert c["passed"] is None and v["verdict"] == "inconclusive"
+        assert "interval" in c["undecided_because"] and "20" in c["undecided_because"]
+    close = next(c for c in _translation_verdict(_translation_rows(21.0, 0.9))["checks"] if c["headline"])
+    assert close["power"]["n_needed"] > 1341 and "train the model longer" in close["undecided_because"]
+    old_tie = _translation_verdict(_translation_rows(20.0, None))
+    assert next(c for c in old_tie["checks"] if c["headline"])["passed"] is None
+    old = next(c for c in _translation_verdict(_translation_rows(24.7, None))["checks"] if c["headline"])
+    assert old["passed"] is True and "point value" in old["measured"]
+
+
+def test_translation_copy_baseline_is_a_paired_interval():
+    beat = next(c for c in _translation_verdict(_translation_rows(24.7, 0.9, copy=12.6, se_copy=1.1))["checks"]
+                if c["name"] == "beats the copy baseline")
+    assert beat["passed"] is True and "[+" in beat["measured"]
+    tie = next(c for c in _translation_verdict(_translation_rows(24.7, 0.9, copy=24.0, se_copy=1.1))["checks"]
+               if c["name"] == "beats the copy baseline")
+    assert tie["passed"] is None
+    worse = next(c for c in _translation_verdict(_translation_rows(12.0, 0.9, copy=24.0, se_copy=1.1))["checks"]
+                 if c["name"] == "beats the copy baseline")
+    assert worse["passed"] is False

@@ -27,7 +27,9 @@ report perplexity and QA accuracy; task accuracy is not measured here).
 Layers are bypassed with ``BlockStack.skip`` for evaluation and removed with ``BlockStack.drop_layers`` for healing.
 Each similarity rule is compared with each random draw at each removal count on the same sentences (the
 ``paired_delta_vs_random`` rows: rule - draw in BLEU, or in validation NLL for the LM, with a paired-bootstrap
-interval over the sentences, ``paired``), from the decodes and scores already made.
+interval over the sentences, ``paired``), from the decodes and scores already made; each healed selection's gap
+change (healed - control) - (unhealed - unpruned) in validation NLL likewise (the ``healing_gap_change`` rows), and
+BLEU with the BI rule's layers removed as a fraction of the unpruned model's (``bleu_ratio_to_unpruned``).
 BLEU is on the first ``eval.test_sentences`` test sentences (or the placeholder-free subset); the unpruned model's
 full-test and clean-subset BLEU and the copy baseline are reported beside it (the corpus's messages hold
 placeholders, options and paths that a translation copies verbatim, so copying the source scores BLEU too).
@@ -55,7 +57,8 @@ from repro.data.baselines import unigram_ppl
 from repro.data.batching import EncodedCorpus
 from repro.data.text import read_lines
 from repro.io import atomic_write_json, atomic_write_text, metric
-from repro.train.bleu import bleu_report, bootstrap_indices, corpus_bleu, paired_bootstrap, sentence_stats
+from repro.train.bleu import (bleu_from_stats, bleu_report, bootstrap_counts, bootstrap_indices, corpus_bleu,
+                              paired_bootstrap, sentence_stats)
 from repro.train.decode import DecodeConfig
 from repro.train.loop import evaluate_loss, model_loss, train
 from repro.train.pipeline import batches_fn, encode_splits, load_data, valid_batches
@@ -278,13 +281,21 @@ def paired_nll(units_a: np.ndarray, units_b: np.ndarray, samples: int, seed: int
     """Paired bootstrap over validation sentences of NLL(b) - NLL(a) (nats/token), the units of
     :func:`sentence_nll` for two models on the same sentences: the observed difference and its (1 - alpha)
     percentile interval (the resampled sentence sets are :func:`repro.train.bleu.bootstrap_indices`', as BLEU's)."""
-    a, b = np.asarray(units_a, dtype=np.float64), np.asarray(units_b, dtype=np.float64)
-    if a.shape != b.shape or not np.array_equal(a[:, 1], b[:, 1]):
-        raise ValueError("paired_nll: the two models were scored on different sentences")
-    n = a.shape[0]
+    return paired_nll_contrast([(-1.0, units_a), (1.0, units_b)], samples, seed, alpha)
+
+
+def paired_nll_contrast(terms: list[tuple[float, np.ndarray]], samples: int, seed: int, alpha: float) -> dict:
+    """Paired bootstrap over validation sentences of a contrast sum_i w_i NLL(model_i) (nats/token) of models scored
+    on the same sentences (``terms``: (w_i, units of :func:`sentence_nll`)): the observed contrast and its
+    (1 - alpha) percentile interval. Healing's "gap change" is (healed - control) - (unhealed - unpruned)."""
+    arrays = [np.asarray(u, dtype=np.float64) for _, u in terms]
+    tok = arrays[0][:, 1]
+    if any(a.shape != arrays[0].shape or not np.array_equal(a[:, 1], tok) for a in arrays):
+        raise ValueError("paired_nll: the models were scored on different sentences")
+    n = tok.shape[0]
     counts = np.zeros((samples, n))
     np.add.at(counts, (np.repeat(np.arange(samples), n), bootstrap_indices(n, samples, seed).reshape(-1)), 1)
-    diff, tok = b[:, 0] - a[:, 0], a[:, 1]
+    diff = sum(float(w) * a[:, 0] for (w, _), a in zip(terms, arrays))
     delta = (counts @ diff) / np.maximum(counts @ tok, 1)
     q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
     return {"delta": float(diff.sum() / max(tok.sum(), 1)), "delta_ci": [float(x) for x in np.percentile(delta, q)]}
@@ -293,23 +304,27 @@ def paired_nll(units_a: np.ndarray, units_b: np.ndarray, samples: int, seed: int
 class Evaluator:
     """Quality of one stack with some layers removed: BLEU on the test subset (translation) and validation NLL /
     perplexity; results memoised by the removed set (rules often agree). ``units`` keeps, per removed set, what a
-    paired comparison resamples: per test sentence BLEU's sufficient statistics (translation), per validation sentence
-    the summed NLL and tokens (LM)."""
+    paired comparison with random draws resamples: per test sentence BLEU's sufficient statistics (translation), per
+    validation sentence the summed NLL and tokens (LM); ``nll_units`` the latter for every stack (healing's paired
+    contrast)."""
 
     def __init__(self, t, stack: str, ev: dict, data: dict, device):
         self.t, self.stack, self.ev, self.data, self.device = t, stack, ev, data, device
         self.dcfg = DecodeConfig.from_params(ev)
         self.cache: dict = {}
         self.units: dict = {}
+        self.nll_units: dict = {}
 
     def quality(self, model, key=None) -> dict:
         if key is not None and key in self.cache:
             return self.cache[key]
         t0 = time.perf_counter()
         pad = self.t.tokenizer.pad_id
-        if self.stack == "lm" and key is not None:  # the same numbers as evaluate_loss, and per sentence
+        if key is not None:  # the same numbers as evaluate_loss, and per sentence
             r, units = sentence_nll(model, self.data["valid"], pad, self.device)
-            self.units[key] = units
+            self.nll_units[key] = units
+            if self.stack == "lm":
+                self.units[key] = units
         else:
             r = evaluate_loss(model, self.data["valid"], pad, device=self.device)
         q = {"valid_nll": r["nll"], "valid_ppl": r["ppl"]}
@@ -531,20 +546,49 @@ def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp:
     return rows
 
 
+def ratio_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp: dict) -> list[dict]:
+    """Translation stacks: BLEU with the BI rule's layers removed as a fraction of the unpruned model's, unhealed, at
+    every removal count, with its (1 - ``paired.alpha``) percentile interval over ``paired.samples`` resamples of the
+    test sentences (paired: both BLEUs from the same resample; the ``bleu_ratio_to_unpruned`` rows), from the
+    decodes already made: what ShortGPT's "generation collapses at ~27% of the layers" is decided with."""
+    base = evaluator.units.get(("skip", ()))
+    if stack == "lm" or base is None:
+        return []
+    counts = bootstrap_counts(base.shape[0], pp["samples"], pp["seed"])
+    b0 = bleu_from_stats(counts @ base)
+    q = [100 * pp["alpha"] / 2, 100 * (1 - pp["alpha"] / 2)]
+    rows = []
+    for r in table:
+        if r["rule"] != "bi" or r["healed"] or not 0 < r["n_removed"] <= L:
+            continue
+        u = evaluator.units.get(("skip", tuple(sorted(r["layers"]))))
+        obs0 = bleu_from_stats(base.sum(0))
+        if u is None or obs0 <= 0:
+            continue
+        ratio = bleu_from_stats(counts @ u) / np.maximum(b0, 1e-9)
+        lo, hi = (float(x) for x in np.percentile(ratio, q))
+        rows.append(metric(CLAIM, "bleu_ratio_to_unpruned", bleu_from_stats(u.sum(0)) / obs0, "ratio",
+                           kind="statistic", n=int(base.shape[0]), stack=stack, rule="bi", n_removed=r["n_removed"],
+                           healed=False, layers=",".join(map(str, r["layers"])), lo=lo, hi=hi, alpha=pp["alpha"],
+                           samples=pp["samples"]))
+    return rows
+
+
 def _healed_table(t, evaluator: Evaluator, stack: str, params: dict, data: dict, device, L: int, bi: list[float],
-                  ang: dict, shared: dict | None) -> list[dict]:
+                  ang: dict, shared: dict | None) -> tuple[list[dict], dict]:
     """Quality after healing each ``heal.rules`` selection at each ``heal.fractions`` count (and the control: the
-    unpruned model fine-tuned alike); ``shared`` memoises the healed qualities, the control's across the stacks
-    of one model."""
+    unpruned model fine-tuned alike); ``shared`` memoises the healed qualities and validation NLL units, the
+    control's across the stacks of one model. Returns (the table, {(rule, n_removed): the healed model's NLL units;
+    ("none", 0): the control's})."""
     hp = params["heal"]
     qname = "valid_ppl" if stack == "lm" else "bleu"
     heal_ns = heal_counts(L, hp["fractions"].get(stack, []))
     if not (heal_ns and hp["steps"] > 0):
-        return []
+        return [], {}
     todo = ([("none", 0, [])] if hp["control"] else []) + [
         (rule, n, select_layers(rule, n, L, bi, ang, hp["seed"])) for rule in hp["rules"] for n in heal_ns]
     healed_cache: dict = shared if shared is not None else {}
-    table = []
+    table, units = [], {}
     for rule, n, layers in todo:
         key = ("control",) if n == 0 else (stack, tuple(layers))
         if key not in healed_cache:
@@ -553,15 +597,40 @@ def _healed_table(t, evaluator: Evaluator, stack: str, params: dict, data: dict,
                           t.tokenizer.pad_id)
             if m is None:
                 continue
-            q = evaluator.quality(m)
+            q = evaluator.quality(m, ("healed",) + key)
             q["heal_seconds"] = time.perf_counter() - th
             q["heal_final_train_loss"] = res.final_loss
-            healed_cache[key] = q
+            healed_cache[key] = (q, evaluator.nll_units.get(("healed",) + key))
             log.info("%s %s: healed %d/%d %s for %d steps (%.1f s) -> %s %.3f (nll %.3f)", stack, rule, n, L,
                      layers, hp["steps"], q["heal_seconds"], qname, q[qname], q["valid_nll"])
+        q, units[(rule, n)] = healed_cache[key]
         table.append({"stack": stack, "rule": rule, "n_removed": n, "fraction": n / L, "healed": True,
-                      "seed": None, "layers": list(layers), **healed_cache[key]})
-    return table
+                      "seed": None, "layers": list(layers), **q})
+    return table, units
+
+
+def healing_rows(table: list[dict], evaluator: Evaluator, healed_units: dict, stack: str, pp: dict) -> list[dict]:
+    """Healing's damage recovered, per healed selection, paired over the validation sentences: the gap change
+    (healed - control) - (unhealed - unpruned) in NLL (nats/token; below 0: healing closed more than the control's
+    own gain), with its (1 - ``paired.alpha``) percentile interval over ``paired.samples`` resamples (the
+    ``healing_gap_change`` rows). A selection whose unhealed model was not scored (not in the removal counts) has
+    no row."""
+    base, ctrl = evaluator.nll_units.get(("skip", ())), healed_units.get(("none", 0))
+    rows = []
+    for r in table:
+        if not r["healed"] or r["rule"] == "none":
+            continue
+        healed = healed_units.get((r["rule"], r["n_removed"]))
+        unhealed = evaluator.nll_units.get(("skip", tuple(sorted(r["layers"]))))
+        if any(u is None for u in (base, ctrl, healed, unhealed)):
+            continue
+        res = paired_nll_contrast([(1.0, healed), (-1.0, ctrl), (-1.0, unhealed), (1.0, base)],
+                                  pp["samples"], pp["seed"], pp["alpha"])
+        rows.append(metric(CLAIM, "healing_gap_change", res["delta"], "nats/token", kind="statistic",
+                           n=len(base), stack=stack, rule=r["rule"], n_removed=r["n_removed"], healed=True,
+                           layers=",".join(map(str, r["layers"])), lo=res["delta_ci"][0], hi=res["delta_ci"][1],
+                           alpha=pp["alpha"], samples=pp["samples"]))
+    return rows
 
 
 def _quality_rows(table: list[dict], stack: str, L: int, hp: dict, data: dict) -> list[dict]:
@@ -598,7 +667,10 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path, shared
     evaluator = Evaluator(t, stack, params["eval"], data, device)
     table = _unhealed_table(t, evaluator, stack, params, L, bi, ang)
     rows += paired_rows(table, evaluator, stack, L, params["paired"])
-    table += _healed_table(t, evaluator, stack, params, data, device, L, bi, ang, shared)
+    rows += ratio_rows(table, evaluator, stack, L, params["paired"])
+    healed, healed_units = _healed_table(t, evaluator, stack, params, data, device, L, bi, ang, shared)
+    table += healed
+    rows += healing_rows(table, evaluator, healed_units, stack, params["paired"])
     rows += _quality_rows(table, stack, L, params["heal"], data)
     rows += collapse_rows(table, stack, L, params)
     rows.append(metric(CLAIM, "stack_seconds", time.perf_counter() - t0, "s", stack=stack))

@@ -18,9 +18,8 @@ import numpy as np
 
 from repro import registry
 from repro.claims.layer_pruning import CLAIM, STACKS
-from repro.verdicts import (Rows, binom_tail, check, clopper_pearson, decide_interval, decide_point, gate, gated,
-                            numbers, setup_table,
-                            uses, verdict_from_checks)
+from repro.verdicts import (Rows, binom_tail, both, check, clopper_pearson, decide_interval, decide_point, gate,
+                            gated, numbers, setup_table, uses, verdict_from_checks)
 
 
 def _quality_curve(R: Rows, stack, rule, healed=False) -> dict[int, float]:
@@ -369,37 +368,71 @@ def _shortgpt_checks(j: _Judging) -> list[dict]:
             out.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
                              None, j.weak[s], xsum_text, undecided_because=j.weak[s]))
         elif n in cur and 0 in cur and cur[0] > 0:
-            out.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
-                             decide_point(cur[n], below=ratio * cur[0]), f"{n}/{L} layers: BLEU {cur[0]:.2f} -> {cur[n]:.2f} "
-                             f"({100 * cur[n] / cur[0]:.0f}%)", xsum_text))
+            iv = j.R.metric("bleu_ratio_to_unpruned").where(stack=s, rule="bi", n_removed=n).first()
+            lo, hi = (None, None) if iv is None else (iv["sweep"].get("lo"), iv["sweep"].get("hi"))
+            text = f"{n}/{L} layers: BLEU {cur[0]:.2f} -> {cur[n]:.2f} ({100 * cur[n] / cur[0]:.0f}%"
+            if lo is not None and hi is not None and math.isfinite(float(lo)) and math.isfinite(float(hi)):
+                out.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
+                                 decide_interval(float(lo), float(hi), below=ratio),
+                                 text + f" [{100 * float(lo):.0f}%, {100 * float(hi):.0f}%] of the unpruned BLEU)",
+                                 xsum_text, interval="paired bootstrap percentile interval over the test sentences "
+                                 f"of the BLEU ratio, against the collapse point {ratio:g}",
+                                 undecided_because=f"the ratio's interval contains the collapse point {ratio:g}"))
+            else:
+                out.append(check(f"{s}: BLEU collapses with ~{sg_pct:.0f}% of layers removed by BI (no healing)",
+                                 decide_point(cur[n], below=ratio * cur[0]), text + "; point values)", xsum_text))
     return out
 
 
 def _healing_checks(j: _Judging) -> list[dict]:
     """Healing closes the gap: the healed model's NLL gap to the equally fine-tuned control is smaller than the
-    unhealed gap to the unpruned model, at every healed removal count."""
-    rec, tot, det = 0, 0, []
+    unhealed gap to the unpruned model, at every healed removal count. Each count is decided by the paired interval
+    of the gap change (healed - control) - (unhealed - unpruned) over the validation sentences (the
+    ``healing_gap_change`` rows; rows measured before them: the point values, where an equal gap is a tie); the
+    check holds when every count is decided recovered, fails when one is decided worse, and is undecided when an
+    interval touches 0 (a selection whose removal did little damage has little to recover)."""
+    decisions, det, undecided = [], [], []
     for s in [s for s in j.stacks if s not in j.weak]:
         ctrl = j.R.metric("valid_nll").where(stack=s, healed=True, rule="none").values()
         base = _nll_curve(j.R, s, "none", False).get(0)
         if not ctrl or base is None:
             continue
+        changes = {(r["sweep"]["rule"], r["sweep"]["n_removed"]): r
+                   for r in j.R.metric("healing_gap_change").where(stack=s)}
         for r in j.R.metric("valid_nll").where(stack=s, healed=True):
-            if r["sweep"]["rule"] == "none":
+            rule, n = r["sweep"]["rule"], r["sweep"]["n_removed"]
+            if rule == "none":
                 continue
-            un = _nll_curve(j.R, s, r["sweep"]["rule"], False).get(r["sweep"]["n_removed"])
+            un = _nll_curve(j.R, s, rule, False).get(n)
             if un is None:
                 continue
-            tot += 1
             gap_un, gap_h = un - base, r["value"] - ctrl[0]
-            rec += gap_h < gap_un
-            det.append(f"{s}/{r['sweep']['rule']} n={r['sweep']['n_removed']}: gap {gap_un:+.2f} -> {gap_h:+.2f}")
-    if not tot:
+            c = changes.get((rule, n))
+            lo, hi = (None, None) if c is None else (c["sweep"].get("lo"), c["sweep"].get("hi"))
+            if lo is not None and hi is not None and math.isfinite(float(lo)) and math.isfinite(float(hi)):
+                dec = decide_interval(float(lo), float(hi), below=0.0)
+                how = f"change {c['value']:+.3f} [{float(lo):+.3f}, {float(hi):+.3f}]"
+            else:
+                dec, how = decide_point(gap_h, below=gap_un), "point values"
+            decisions.append(dec)
+            tag = {True: "recovered", False: "worse", None: "undecided"}[dec]
+            det.append(f"{s}/{rule} n={n}: gap {gap_un:+.2f} -> {gap_h:+.2f} ({how}: {tag})")
+            if dec is None:
+                undecided.append(f"{s}/{rule} n={n}")
+    if not decisions:
         return []
-    return [check("healing recovers the pruning damage (vs the equally fine-tuned control)", rec == tot,
-                  f"{rec}/{tot} removal counts: NLL gap to the unpruned model (unhealed) -> gap to the "
-                  f"control fine-tune (healed): {'; '.join(det[:6])}",
-                  "a short fine-tune heals the damage (Gromov: QLoRA on C4)")]
+    passed = both(*decisions)
+    rec = sum(d is True for d in decisions)
+    paired = bool(j.R.metric("healing_gap_change"))
+    return [check("healing recovers the pruning damage (vs the equally fine-tuned control)", passed,
+                  f"{rec}/{len(decisions)} removal counts recovered: NLL gap to the unpruned model (unhealed) -> "
+                  f"gap to the control fine-tune (healed): {'; '.join(det)}",
+                  "a short fine-tune heals the damage (Gromov: QLoRA on C4)",
+                  interval=("paired bootstrap interval over the validation sentences of each count's gap change"
+                            if paired else None),
+                  undecided_because=None if passed is not None else
+                  f"the gap change's interval touches 0 at {', '.join(undecided)}: healing there cannot be told from "
+                  "the control's own gain (little damage to recover, or too few sentences)")]
 
 
 def _smoothness_checks(j: _Judging) -> list[dict]:

@@ -696,7 +696,9 @@ def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, ref
         fp = max(fps, key=lambda f: f.get("timestamp") or "")
         h = fp.get("hardware") or {}
         acc = h.get("accelerator")
-        hw_rows.append({"hardware": hw, "cpu": h.get("cpu"), "cores": h.get("cores"),
+        hw_rows.append({"hardware": hw, "cpu": h.get("cpu"),
+                        "clock": f"{h['cpu_mhz']:.0f} MHz" if h.get("cpu_mhz") else "not recorded",
+                        "cores": h.get("cores"),
                         "accelerator": f"{acc['name']} x{acc.get('count', 1)}" if acc else "none",
                         "claims": sum(1 for (x, _) in results.metrics if x == hw),
                         "latest result": fp.get("timestamp", "")})

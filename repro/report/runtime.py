@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.bench.fingerprint import fingerprint
+from repro.bench.fingerprint import cpu_mhz, fingerprint
 from repro.io import atomic_write_json, read_json
 from repro.provenance import git_commit
 from repro.report.origin import sources
@@ -50,27 +50,6 @@ def read_benchmarks(results_root: str | Path, hardware: str, scale: str) -> pd.D
         rows.append({"job": f.stem, "wall_s": num("s"), "cpu_s": num("cpu_time"), "max_rss_mb": num("max_rss"),
                      "mean_load": num("mean_load"), "end": f.stat().st_mtime})
     return pd.DataFrame(rows, columns=["job", "wall_s", "cpu_s", "max_rss_mb", "mean_load", "end"])
-
-
-def cpu_mhz() -> float | None:
-    """The CPU clock the kernel reports (/proc/cpuinfo's "cpu MHz", averaged over the processors), or None where
-    there is none. A virtual machine's CPU name may carry no clock ("Intel(R) Xeon(R) Processor"), so the same
-    hardware id can run on hosts of different speeds: the record keeps the clock the run saw. (It reads the file
-    repro.bench.fingerprint reads for the CPU's name; it moves there, into every result's fingerprint, with the next
-    change to the measuring code: editing that module stales every reference's key.)"""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return None
-    mhz = []
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip() == "cpu MHz":
-            try:
-                mhz.append(float(value))
-            except ValueError:
-                continue
-    return round(sum(mhz) / len(mhz), 1) if mhz else None
 
 
 def write_run_record(results_dir: str | Path, *, started: float, finished: float, status: str, hardware: str,

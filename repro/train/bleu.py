@@ -107,6 +107,18 @@ def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, samples: int = 10
             "samples": samples, "seed": seed, "alpha": alpha}
 
 
+def bootstrap_se(hyps: list[str], refs: list[str], sources: list[str], samples: int, seed: int) -> dict:
+    """Sampling error of a test set's corpus BLEU over its sentences (Koehn 2004's bootstrap): the standard deviation
+    over ``samples`` resampled sentence sets (seed ``seed``) of the system's BLEU (``bleu``) and of its paired
+    difference to copying the source (``minus_copy``, the same resamples). A standard error, so the judge picks the
+    confidence level (a threshold) without resampling again."""
+    sys_stats, copy_stats = sentence_stats(hyps, refs), sentence_stats(sources, refs)
+    counts = bootstrap_counts(sys_stats.shape[0], samples, seed)
+    b_sys, b_copy = bleu_from_stats(counts @ sys_stats), bleu_from_stats(counts @ copy_stats)
+    return {"bleu": float(np.std(b_sys, ddof=1)), "minus_copy": float(np.std(b_sys - b_copy, ddof=1)),
+            "samples": int(samples), "seed": int(seed), "sentences": int(sys_stats.shape[0])}
+
+
 def bleu_report(hyps: list[str], refs: list[str], sources: list[str], clean_mask: list[bool] | None = None) -> dict:
     """Full-test BLEU, placeholder-free-subset BLEU and the copy baseline (source used as the output) on both."""
     out = {"full": corpus_bleu(hyps, refs).as_dict(), "copy_full": corpus_bleu(sources, refs).as_dict()}

@@ -25,7 +25,7 @@ from repro.bench.fingerprint import fingerprint
 from repro.io import metric, write_measurement
 from repro.cli import add_params_arguments, load_params, setup_logging
 from repro.judging import load_thresholds, rejudge
-from repro.train.bleu import bleu_report
+from repro.train.bleu import bleu_report, bootstrap_se
 from repro.train.decode import DecodeConfig
 from repro.train.loop import evaluate_loss
 from repro.train.pipeline import encode_splits, load_data, load_trained, valid_batches
@@ -62,6 +62,14 @@ def evaluate(params: dict, scale: str, model_dir: Path, out: Path, lm_dir: Path 
                           ("copy_clean", "bleu_copy_baseline_clean")):
             rows.append(metric(CLAIM, name, rep[key]["score"], "BLEU", n=rep[key]["n"], split=split,
                                signature=rep[key]["signature"], **common))
+        # the sampling error of BLEU over the sentences: the judge's interval of "reaches the target" and of
+        # "beats copying" (the confidence level is the judge's threshold)
+        se = bootstrap_se(hyps, refs, srcs, int(params["eval"]["bootstrap_samples"]),
+                          int(params["eval"]["bootstrap_seed"]))
+        boot = dict(n=se["sentences"], split=split, bootstrap_samples=se["samples"], bootstrap_seed=se["seed"],
+                    **common)
+        rows.append(metric(CLAIM, "bleu_bootstrap_se", se["bleu"], "BLEU", kind="statistic", **boot))
+        rows.append(metric(CLAIM, "bleu_minus_copy_bootstrap_se", se["minus_copy"], "BLEU", kind="statistic", **boot))
         rows.append(metric(CLAIM, "decode_tokens_per_s", st["tokens_per_s"], "tokens/s", n=st["sentences"],
                            split=split, **common))
         log.info("%s BLEU %.2f (clean %.2f; copy baseline %.2f / %.2f) %s; %.0f tok/s", split, rep["full"]["score"],
