@@ -60,6 +60,26 @@ def test_sqrt_checkpointing_keeps_fewer_bytes_than_none():
     assert kept["sqrt"] == 3 * 4 * 16 * 4  # three segments of three
 
 
+@pytest.mark.parametrize("policy", ["none", "selective", "full"])
+@pytest.mark.parametrize("count", ["retained", "terms"])
+def test_counting_leaves_no_graph_behind(policy, count):
+    """Counting saved tensors must not keep the stack alive once it is dropped: a pack hook that returned the
+    tensor itself tied each saved output to its own graph node (a cycle gc never sees), so every stack of the paper
+    depth sweep stayed on the GPU and depth 64 ran out of its 140 GB (the H200 run of 2026-12-04)."""
+    import weakref
+
+    blk = {"d_model": 16, "n_heads": 2, "d_ff": 32, "ffn": "gelu", "norm": "layernorm"}
+    st = ac.build_stack(blk, 4, policy, 2, torch.float32, "cpu", attention="math", dropout=0.1)
+    x0, _ = ac._inputs(1, 8, 16, torch.float32, "cpu")
+    alive = [weakref.ref(p) for p in st.parameters()]
+    if count == "retained":
+        assert ac.retained_bytes(st, x0) > 0
+    else:
+        assert ac.saved_terms(st, x0, 8, [0.1])
+    del st, x0
+    assert not [r for r in alive if r() is not None]
+
+
 def test_loglog_slope():
     assert loglog_slope([1, 4, 16], [3, 6, 12]) == pytest.approx(0.5)
     assert loglog_slope([2, 4, 8], [5, 10, 20]) == pytest.approx(1.0)

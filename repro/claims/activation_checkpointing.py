@@ -106,7 +106,7 @@ def saved_terms(stack, x0: torch.Tensor, seq: int, dropout_probs: list[float]) -
             section = stackl[-1] if stackl else last[0]
             seen[key] = dict(section=section, kind="score" if score else "sbh", mask=mask, dtype=str(t.dtype),
                              stored_bytes=st.nbytes(), bytes16=numel * (1 if mask else 2))
-        return t
+        return t.detach()  # the tensor itself would tie a saved output to its own graph node: a cycle gc never sees
 
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -192,7 +192,7 @@ def retained_bytes(stack, x0) -> int:
         st = t.untyped_storage()
         if st.data_ptr() not in params:
             seen[(st.data_ptr(), st.nbytes())] = st.nbytes()
-        return t
+        return t.detach()  # returning t kept every stack's graph (and parameters) alive: OOM at paper depth 64
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = stack(x0 * 1.0)
