@@ -29,7 +29,7 @@ def saved_activation_bytes(fn: Callable[[], object], exclude: Iterable[torch.Ten
         key = _storage_key(t)
         if key not in excluded and key not in seen:
             seen[key] = (t.untyped_storage().nbytes(), str(t.dtype))
-        return t.detach()  # not t: a saved output would hold its own graph node, a cycle gc never frees
+        return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
