@@ -78,6 +78,35 @@ def test_publish_refuses_what_is_not_a_clean_fresh_run_of_head(tmp_path, measure
     assert not (tmp_path / "references").exists()
 
 
+@pytest.mark.parametrize("change, waiver, message", [
+    ({"measured__dirty": True}, None, "measured on a dirty tree \\(--waiver"),  # no reason given: refused
+    ({"measured__dirty": True, "judged__dirty": True}, "node copy", "judged on a dirty tree"),  # judge it here
+    ({"measured__dirty": True, "keys__code": "0" * 64}, "node copy", "measurement code changed since"),
+    ({"measured__dirty": True, "keys__config": "0" * 64}, "node copy", "other parameters"),
+])
+def test_a_waiver_accepts_only_a_dirty_measurement_with_heads_code(tmp_path, measured, git, change, waiver, message):
+    res = _run(tmp_path, measured, **change)
+    with pytest.raises(pub.PublishError, match=message):
+        pub.publish("pub-hw", "tiny", res, tmp_path / "references", claims=[CLAIM], waiver=waiver)
+    assert not (tmp_path / "references").exists()
+
+
+def test_a_waived_measurement_is_published_with_its_reason_on_the_page(tmp_path, measured, git):
+    res = _run(tmp_path, measured, measured__dirty=True, measured__commit="c" * 40)
+    refs = tmp_path / "references"
+    dst = pub.publish("pub-hw", "tiny", res, refs, claims=[CLAIM], waiver="the GPU node's copy lacked references/")
+    record = json.loads((dst / CLAIM / "published_waiver.json").read_text())
+    assert record["reason"] == "the GPU node's copy lacked references/"
+    assert (record["measured_commit"], record["published_at"]) == ("c" * 40, HEAD)
+    page = (refs / "reports/pub-hw/tiny" / f"{CLAIM}.md").read_text()
+    assert "Published with a waiver: measured on a modified tree (commit `cccccccccc`, dirty)" in page
+    assert "Reason: the GPU node's copy lacked references/" in page
+    clean = _run(tmp_path / "clean", measured)  # a clean measurement published with a waiver records none
+    dst = pub.publish("pub-hw", "tiny", clean, tmp_path / "refs2", claims=[CLAIM], waiver="unused")
+    assert not (dst / CLAIM / "published_waiver.json").exists()
+    assert "waiver" not in (tmp_path / "refs2/reports/pub-hw/tiny" / f"{CLAIM}.md").read_text()
+
+
 def test_publish_takes_a_rejudged_run_and_refuses_mixed_commits(tmp_path, measured, git):
     res = _run(tmp_path, measured, measured__commit="c" * 40)  # measured at an older commit, judged at HEAD
     pub.publish("pub-hw", "tiny", res, tmp_path / "references", claims=[CLAIM])

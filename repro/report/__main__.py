@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--references", default="references")
     p.add_argument("--claims", nargs="*", default=None, help="only these claims (a run of some claims); default: "
                                                              "the whole run, every claim and the translation")
+    p.add_argument("--waiver", default=None, metavar="REASON",
+                   help="accept claims measured on a dirty tree whose measurement code is HEAD's (e.g. a GPU node's "
+                        "copy of the checkout); the reason is recorded beside them and on their pages")
     p.add_argument("--peers-only", action="store_true",
                    help="only the run's peer throughput benchmarks (_bench/throughput, _bench/fairseq_peer: "
                         "scripts/peers.sh), added to the existing reference; its claims are kept")
@@ -73,13 +76,14 @@ def main(argv=None) -> int:
         elif args.cmd == "rebuild-references":
             rebuild_references(args.references)
         elif args.cmd == "publish" and args.peers_only:
-            if args.claims is not None:
-                raise PublishError("--peers-only publishes no claims: drop --claims")
+            if args.claims is not None or args.waiver is not None:
+                raise PublishError("--peers-only publishes no claims: drop --claims and --waiver")
             for dst in publish_peers(args.hardware, args.scale, args.results, args.references):
                 print(f"published {dst.name} as {dst}")
             print(f"commit it (git add {args.references})")
         elif args.cmd == "publish":
-            dst = publish(args.hardware, args.scale, args.results, args.references, claims=args.claims)
+            dst = publish(args.hardware, args.scale, args.results, args.references, claims=args.claims,
+                          waiver=args.waiver)
             print(f"published {args.results}/{args.hardware}/{args.scale} as {dst}; commit it (git add {args.references})")
         elif args.cmd == "rejudge-reference":
             names = rejudge_reference(args.hardware, args.scale, args.references, claims=args.claims)

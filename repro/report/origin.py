@@ -13,6 +13,9 @@ from pathlib import Path
 from repro import provenance
 
 RUN, REFERENCE = "run", "reference"
+# Beside a published claim's results when it was measured on a modified tree whose measurement code is the
+# publishing commit's (repro.report.publish, --waiver): the recorded reason, shown on its pages.
+WAIVER = "published_waiver.json"
 
 
 @dataclass(frozen=True)

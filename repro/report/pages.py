@@ -21,7 +21,7 @@ import pandas as pd
 
 from repro import registry
 from repro.report import headline, peers, runtime
-from repro.report.origin import RUN, origin_of
+from repro.report.origin import RUN, WAIVER, origin_of
 from repro.io import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
 from repro.verdicts import _meaning
 
@@ -98,6 +98,17 @@ def _fingerprint_lines(fp: dict) -> list[str]:
     return [f"Hardware id: `{fp.get('hardware_id')}`; CPU: {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('memory_gib')} GiB); accelerator: {acc_text}",
             "Software: " + ", ".join(f"{k} {v}" for k, v in sw.items() if v and k != "os"),
             f"Commit: `{git.get('commit')}`{' (dirty tree)' if git.get('dirty') else ''}; config hash `{fp.get('config_hash')}`; measured {fp.get('timestamp')}"]
+
+
+def _waiver_lines(results_dir: Path) -> list[str]:
+    """The publishing waiver of a reference measured on a modified tree (repro.report.publish), if it has one."""
+    f = Path(results_dir) / WAIVER
+    if not f.is_file():
+        return []
+    w = read_json(f)
+    return [f"Published with a waiver: measured on a modified tree (commit `{str(w.get('measured_commit'))[:10]}`, "
+            f"dirty) whose measurement code (key `{w.get('code_key')}`) is that of the publishing commit "
+            f"`{str(w.get('published_at'))[:10]}`. Reason: {w.get('reason')}"]
 
 
 def make_plots(claim: str, metrics: pd.DataFrame, results_dir: Path, verdict: dict,
@@ -295,7 +306,7 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
     blocks += [("h2", "Where these numbers come from"),
-               ("list", [*_fingerprint_lines(fp),
+               ("list", [*_fingerprint_lines(fp), *_waiver_lines(results_dir),
                          f"Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, "
                          f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s"])]
     return blocks

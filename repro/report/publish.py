@@ -6,7 +6,11 @@ whole, so it refuses
 - a dirty work tree (tracked changes or untracked files outside the ignored results/ and reports/),
 - a run with mixed commits (its claims measured at more than one commit), judged by another judge than HEAD's
   (its judge key differs), or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the checkout
-  still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the references),
+  still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the references);
+  ``--waiver REASON`` accepts a measurement made on a dirty tree, and only that, when its measurement code key is
+  HEAD's (not stale; judged here, on a clean tree): a GPU node's copy of the checkout, for one, where the tree had to
+  travel without ``references/``. The reason is written beside the claim's results (``published_waiver.json``) and
+  its page says so,
 - a result the checkout would measure anew (stale: its measurement code key differs; repro.provenance), a result
   without provenance keys, or one measured with other parameters than the scale's config (overrides),
 - a run missing a claim that the registry implements, or the translation benchmark the claims are built on.
@@ -25,6 +29,7 @@ Nothing else under ``_bench`` is published, nor the run's models, scratch or key
 """
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import subprocess
@@ -38,7 +43,7 @@ from repro.judging import rejudge
 from repro.report import pages
 from repro.report.compare import write_compare
 from repro.report.matrix import write
-from repro.report.origin import REFERENCE, recorded_keys
+from repro.report.origin import REFERENCE, WAIVER, recorded_keys
 from repro.report.peers import (
     BENCH_DIR,
     peer_folders,
@@ -84,9 +89,11 @@ def default_config_key(claim: str, scale: str) -> str | None:
     return provenance.keys({"code": "", "judge": ""}, params)["config"]
 
 
-def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None) -> list[str]:
+def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None,
+              waiver: str | None = None) -> list[str]:
     """The claims (and the translation benchmark) of one run folder, after checking each can be published;
-    ``only``: just these claims (a paper-scale run of some claims)."""
+    ``only``: just these claims (a paper-scale run of some claims); ``waiver``: a reason to accept a measurement
+    made on a dirty tree (its code key must still be HEAD's; its judgement must be clean)."""
     claims = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
     wanted = set(only) if only else set(registry.implemented_claims()) | {"translation"}
     claims = [c for c in claims if c in wanted]
@@ -106,8 +113,10 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
         if judged.get("commit") != head and judged.get("judge_key") != judge_now:
             problems.append(f"{claim}: judged at {str(judged.get('commit'))[:7]} by another judge than HEAD's "
                             f"({head[:7]}): re-judge it (reproduce_all runs only the claim_verdict jobs)")
-        elif measured.get("dirty") or judged.get("dirty"):
-            problems.append(f"{claim}: measured or judged on a dirty tree")
+        elif judged.get("dirty") or (measured.get("dirty") and not waiver):
+            problems.append(f"{claim}: {'judged' if judged.get('dirty') else 'measured'} on a dirty tree"
+                            + ("" if judged.get("dirty") else
+                               " (--waiver REASON accepts it when its measurement code is HEAD's)"))
         stale = provenance.stale_because(keys, claim)
         if stale:
             problems.append(f"{claim}: {stale}")
@@ -175,23 +184,37 @@ def _copy_run(src: Path, dst: Path, claims: list[str], whole: bool, peers: dict[
         shutil.copy2(src / RUN_RECORD, dst / RUN_RECORD)
 
 
+def _write_waivers(src: Path, dst: Path, claims: list[str], head: str, reason: str) -> None:
+    """``published_waiver.json`` beside each published claim measured on a dirty tree (see the module)."""
+    for claim in claims:
+        v = read_verdict(src / claim / "verdict.json")
+        measured = (v.get("provenance") or {}).get("measured") or {}
+        if measured.get("dirty"):
+            record = {"reason": reason, "measured_commit": measured.get("commit"), "published_at": head,
+                      "code_key": recorded_keys(v).get("code")}
+            (dst / claim / WAIVER).write_text(json.dumps(record, indent=1) + "\n")
+
+
 def publish(hardware: str, scale: str, results_root: str | Path = "results",
             references_root: str | Path = "references", check_tree: bool = True,
-            claims: list[str] | None = None) -> Path:
+            claims: list[str] | None = None, waiver: str | None = None) -> Path:
     """Copy ``results_root/<hardware>/<scale>/`` into the references (checked first; see the module) and render
     its pages; returns the reference folder. ``claims``: publish only these (replacing only their folders), for a
-    run of some claims (e.g. the speed claims at paper scale on a GPU)."""
+    run of some claims (e.g. the speed claims at paper scale on a GPU); ``waiver``: the reason a measurement made on
+    a dirty tree (with HEAD's measurement code) may be published, recorded beside it."""
     src = Path(results_root) / hardware / scale
     if not src.is_dir():
         raise PublishError(f"{src}: no such run")
     head = _git("rev-parse", "HEAD").strip()
     if check_tree:
         _require_clean(then=", then rerun the run")
-    names = check_run(src, scale, head, claims)
+    names = check_run(src, scale, head, claims, waiver)
     peers = check_peers(src, hardware, scale)
     refs = Path(references_root)
     dst = refs / "results" / hardware / scale
     _copy_run(src, dst, names, whole=not claims, peers=peers)
+    if waiver:
+        _write_waivers(src, dst, names, head, waiver)
     rep = refs / "reports" / hardware / scale
     if rep.exists() and not claims:
         shutil.rmtree(rep)
