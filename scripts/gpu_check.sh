@@ -12,6 +12,7 @@
 #    the dense seq-4096 cases, with the target attention_window_fwd_speedup_vs_causal (triton windowed
 #    forward vs its own full causal forward: the skipped key tiles must show, >= 1.5x). The CUDA
 #    kernel tests of step 2 include the windowed forward/backward cases.
+# Measured on an H200 (docs/pilots/gpu_h200.md): 125 s with GPU_CHECK_QUICK=1, the tests 35 s of it.
 # Sized for ~8 minutes on an H100/H200 (the window case adds ~6 short cases, seconds): tests <= 200 s and
 # sweeps <= 330 s by timeout (a cut-off sweep
 # keeps every case it finished: the CSV is rewritten after each case and the targets are still derived).
@@ -38,6 +39,9 @@ PYEOF
 [ "$status" -eq 0 ] || { echo "gpu_check: no usable GPU, stopping"; exit 1; }
 
 echo "== [2/3] kernel tests on CUDA"
+# 8 workers, cases spread one by one (the ini's loadscope would put each test file on one worker, two in all): the
+# 86 cases took 35 s so on an H200 node's 16 cores (each worker compiles its own kernels)
+export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:---maxprocesses=8 --dist load}"
 timeout 200 "$PY" -m pytest -q -m cuda -p no:cacheprovider \
     tests/test_kernels_norms.py tests/test_kernels_attention.py 2>&1 | tee "$OUT/tests_cuda.log"
 rc=${PIPESTATUS[0]}

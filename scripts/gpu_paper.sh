@@ -11,7 +11,9 @@
 # the next one still runs. Needs torch + triton + pandas + seaborn; no snakemake. Back on a machine with the suite
 # installed, `snakemake compare_hardware --config scale=paper` puts these results beside the paper and every other
 # hardware. The node's image lacks jsonschema: run `bash scripts/gpu_wheels.sh` here first and carry .whl/.
-# Exit status: non-zero if a claim failed or timed out.
+# Exit status: non-zero if a claim failed or timed out. Measured on an H200 (docs/pilots/gpu_h200.md): flash_attention
+# 180-200 s, rmsnorm_speed 110-120 s, activation_checkpointing 45-50 s, each plus ~5 s for its page; the default
+# timeout leaves room, a tighter one (a device lease) must not cut below these.
 set -uo pipefail
 
 PY="${PYTHON:-python}"
