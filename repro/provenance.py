@@ -57,13 +57,14 @@ SOFTWARE = ("torch", "triton")
 
 def git_commit(root: str | Path | None = None) -> dict:
     """HEAD and whether the code differs from it. Changes under results/ and reports/ (outputs, which Snakemake
-    deletes before a rerun) do not make the code dirty."""
+    deletes before a rerun) and references/ (the committed references: written by publish, never read by a
+    measurement; a GPU node's copy of the checkout travels without them) do not make the code dirty."""
     root = Path(root or ROOT)
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 timeout=10).stdout.strip() or None
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                     ":(exclude)results", ":(exclude)reports"], cwd=root,
+                                     ":(exclude)results", ":(exclude)reports", ":(exclude)references"], cwd=root,
                                     capture_output=True, text=True, timeout=10).stdout.strip())
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None

@@ -130,3 +130,25 @@ def test_write_stamp_keeps_an_unchanged_key(tmp_path):
     before = stamp.stat().st_mtime_ns
     assert not provenance.write_stamp(stamp, "k1") and stamp.stat().st_mtime_ns == before
     assert provenance.write_stamp(stamp, "k2") and stamp.read_text().strip() == "k2"
+
+
+def test_dirty_means_code_not_outputs_or_references(tmp_path):
+    """A checkout whose only changes are outputs or the committed references measures the same code: a GPU node's copy
+    travels without references/ (index entries removed), and that must not mark its measurements dirty."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    for rel in ("repro/m.py", "references/results/hw/default/c/verdict.json", "results/x", "reports/y"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "init")
+    assert provenance.git_commit(tmp_path)["dirty"] is False
+    git("rm", "-r", "--cached", "-q", "references")
+    shutil.rmtree(tmp_path / "references")
+    (tmp_path / "results" / "x").write_text("2\n")
+    assert provenance.git_commit(tmp_path)["dirty"] is False
+    (tmp_path / "repro" / "m.py").write_text("2\n")
+    assert provenance.git_commit(tmp_path)["dirty"] is True
