@@ -35,7 +35,8 @@ rule reproduce_all:
 
 
 # Each invocation that runs jobs records itself: results/<hw>/<scale>/run.json (start, end, jobs run, core-minutes,
-# commit, machine; repro/report/runtime.py). A dry run runs no handler and writes nothing.
+# commit, machine, and the host's speed before the first job and after the last: repro/report/runtime.py and
+# hostspeed.py, ~2 s each). A dry run runs no handler and writes nothing.
 onstart:
     W.run_started()
 

@@ -5,17 +5,54 @@ from __future__ import annotations
 
 import ast
 import copy
+import inspect
 import json
+import resource
 import sys
 import time
 from pathlib import Path
 
+from snakemake import benchmark
 from snakemake.exceptions import WorkflowError
 
 from repro import artefacts, provenance, registry
 from repro.bench.fingerprint import hardware_id, slug
 from repro.config import ConfigError, load_run_config, needed, section, thresholds, workflow_spec
 from repro.io import ResultsError, check_results
+
+# Snakemake's ``benchmark:`` samples a job's process tree every 0.5 s for its first 15 s, then every 30 s
+# (snakemake.benchmark.BENCHMARK_INTERVAL), and the CPU time a job spends after its last sample is never counted: up
+# to 30 s per job, about 10% of a default run's core-minutes (jobs of 132 s wall recorded 103 CPU-s). The
+# workflow samples every BENCHMARK_SECONDS instead (:func:`finer_benchmarks`; Snakemake's timer then takes that
+# many + 1 half-second samples first): at most about a second per job is lost, for a few milliseconds of psutil per
+# sample. run.json's total is exact regardless (getrusage, :func:`_cpu_seconds`).
+BENCHMARK_SECONDS = 1
+
+
+def finer_benchmarks(seconds: float = BENCHMARK_SECONDS) -> bool:
+    """Make Snakemake's benchmark sample every ``seconds`` after its first 15 s (the default of the ``interval``
+    argument of ``snakemake.benchmark.benchmarked``, which snakemake.shell calls without one). Returns whether it was
+    set: a Snakemake whose function has no such argument keeps its own interval (tests/test_report_files.py says
+    so), and nothing else changes."""
+    fn = getattr(benchmark, "benchmarked", None)
+    fn = getattr(fn, "__wrapped__", fn)  # a contextlib.contextmanager: its generator function holds the defaults
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    if not names or names[-1] != "interval" or fn.__defaults__ is None or len(fn.__defaults__) != len(names):
+        return False
+    fn.__defaults__ = (*fn.__defaults__[:-1], seconds)
+    return True
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds of this process's waited-for children, of this process): user + system, from getrusage. The
+    local executor runs every job as a child of the Snakemake process, so the difference over a run is its jobs'
+    CPU time, exactly (no sampling)."""
+    ch, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+    return ch.ru_utime + ch.ru_stime, me.ru_utime + me.ru_stime
+
 
 def _defines(module_file: Path, name: str) -> bool:
     """Whether a module's source defines the top-level function ``name`` (read, not imported: no torch here)."""
@@ -52,6 +89,7 @@ class Run:
         self._specs: dict = {}
         self.claims_with_workflow = registry.implemented_claims(self.basedir)
         self.refs = self.cfg["references_dir"]
+        finer_benchmarks()
         if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
             self.check_results()
             self.write_stamps()
@@ -137,18 +175,29 @@ class Run:
 
     # ---- the run's own record (results/<hw>/<scale>/run.json)
     def run_started(self) -> None:
+        """Snakefile's onstart: the run's start, and the host's speed before its first job (repro.report.hostspeed)."""
+        from repro.report import hostspeed  # no torch here: the probe runs in a subprocess
+
         self._started = time.time()
+        self._speed_start = hostspeed.probe()
+        self._cpu_start = _cpu_seconds()  # after the probe: its process is not the run's work
 
     def record_run(self, status: str, targets=None) -> None:
         """Write run.json for this invocation (Snakefile's onsuccess / onerror); never fails the run."""
+        from repro.report import hostspeed  # lazy: with runtime, for the handlers only
         from repro.report.runtime import write_run_record  # lazy: pandas, for the handlers only
 
         started = getattr(self, "_started", None)
         if started is None:
             return
+        finished, cpu = time.time(), _cpu_seconds()  # before the end probe: the run's time and work are its jobs'
+        c0 = getattr(self, "_cpu_start", None)
+        work = None if c0 is None else {"jobs_cpu_s": cpu[0] - c0[0], "snakemake_cpu_s": cpu[1] - c0[1]}
         try:
-            write_run_record(self.res, started=started, finished=time.time(), status=status, hardware=self.hw,
-                             scale=self.scale, cores=self.cores, targets=sorted(map(str, targets or [])))
+            write_run_record(self.res, started=started, finished=finished, status=status, hardware=self.hw,
+                             scale=self.scale, cores=self.cores, targets=sorted(map(str, targets or [])),
+                             host_speed=hostspeed.record(getattr(self, "_speed_start", None), hostspeed.probe()),
+                             cpu=work)
         except Exception as exc:  # the record is a report: a failure to write it must not turn a run into an error
             print(f"repro: run.json not written: {exc}", file=sys.stderr)
 

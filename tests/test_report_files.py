@@ -175,6 +175,68 @@ def test_run_time_comes_from_run_json_never_from_file_times(tmp_path):
     assert read_run_record(tmp_path / "results", "hw", "default")["wall_minutes"] == 30.0
 
 
+def test_run_core_minutes_are_the_jobs_exact_cpu_time(tmp_path):
+    """Issue 38: Snakemake's benchmark samples a job's CPU every 30 s after its first 15 s and never counts what
+    the job spends after its last sample (jobs of 132 s wall recorded 103 CPU-s), so run.json's core-minutes come
+    from getrusage of the Snakemake process's children (exact), with the sampled sum beside them; a cluster run,
+    whose jobs are not its children, keeps the sampled sum. The workflow also samples every second."""
+    import inspect
+    import subprocess
+    import sys
+
+    from snakemake import benchmark
+
+    from repro.report.runtime import write_run_record
+    from repro.workflow import BENCHMARK_SECONDS, _cpu_seconds, finer_benchmarks
+
+    assert finer_benchmarks(), "this Snakemake's benchmarked() has no interval argument: its CPU times undercount"
+    assert inspect.signature(benchmark.benchmarked).parameters["interval"].default == BENCHMARK_SECONDS == 1
+    before = _cpu_seconds()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"],
+                   check=True)
+    after = _cpu_seconds()
+    assert 0.45 < after[0] - before[0] < 5, (before, after)  # the child's CPU time, counted once it was waited for
+    res = tmp_path / "results" / "hw" / "default"
+    (res / "_benchmarks").mkdir(parents=True)
+    (res / "_benchmarks" / "a.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n132\t0:02:12\t100\t103\n")
+    kw = dict(started=0.0, finished=600.0, status="success", hardware="hw", scale="default", cores=2,
+              targets=["reproduce_all"])
+    rec = write_run_record(res, **kw, cpu={"jobs_cpu_s": 131.0, "snakemake_cpu_s": 6.0})
+    assert (rec["core_minutes"], rec["core_minutes_source"]) == (round(131 / 60, 2), "rusage")
+    assert rec["benchmark_core_minutes"] == round(103 / 60, 2) and rec["snakemake_core_minutes"] == 0.1
+    rec = write_run_record(res, **kw, cpu={"jobs_cpu_s": 3.0, "snakemake_cpu_s": 6.0})  # jobs ran elsewhere
+    assert (rec["core_minutes"], rec["core_minutes_source"]) == (round(103 / 60, 2), "benchmark")
+    rec = write_run_record(res, **kw)
+    assert (rec["core_minutes"], rec["core_minutes_source"]) == (round(103 / 60, 2), "benchmark")
+
+
+def test_host_speed_probe_is_recorded_and_shown(tmp_path):
+    """Issue 38: one hardware id runs on hosts of different speeds at the same reported clock, so run.json records
+    the host's one-thread fp32 matmul speed before the first job and after the last, and the pages show it. The
+    probe is a real measurement in a fresh process (positive, finite); a run without it shows no speed."""
+    import math
+
+    from repro.report import hostspeed
+    from repro.report.runtime import compare_md, read_run_record, run_time_text, write_run_record
+
+    small = hostspeed.matmul_gflops(n=64, reps=2, warmup=1)
+    assert small > 0 and math.isfinite(small)
+    g = hostspeed.probe()
+    assert g is not None and 1 < g < 1e5, g
+    res = tmp_path / "results" / "hw" / "default"
+    (res / "_benchmarks").mkdir(parents=True)
+    (res / "_benchmarks" / "a.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n60\t0:01:00\t100\t59\n")
+    rec = write_run_record(res, started=0.0, finished=600.0, status="success", hardware="hw", scale="default",
+                           cores=2, targets=["reproduce_all"], host_speed=hostspeed.record(g, 97.4))
+    assert rec["host_speed"]["start_gflops"] == g and rec["host_speed"]["end_gflops"] == 97.4
+    assert rec["host_speed"]["probe"] == hostspeed.PROBE and rec["host_speed"]["node"]
+    line = run_time_text(read_run_record(tmp_path / "results", "hw", "default"))
+    assert f"host {g:.0f}/97 GFLOP/s" in line, line
+    assert f"{g:.0f} GFLOP/s)" in "\n".join(compare_md(tmp_path / "results", "default"))
+    assert "GFLOP/s" not in run_time_text({**rec, "host_speed": None})
+    assert hostspeed.record(None, None) is None and "?/90" in hostspeed.text({"host_speed": hostspeed.record(None, 90)})
+
+
 def test_committed_index_pages_state_the_run_time_of_their_run_json():
     """Issue 39: a reference's index page gives the wall time, jobs and core-minutes its run.json recorded (never a
     time from file dates); a page that disagrees with its run.json fails here."""

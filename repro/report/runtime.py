@@ -22,6 +22,7 @@ import pandas as pd
 from repro.bench.fingerprint import cpu_mhz, fingerprint
 from repro.io import atomic_write_json, read_json
 from repro.provenance import git_commit
+from repro.report import hostspeed
 from repro.report.origin import sources
 
 BENCH_DIR = "_benchmarks"
@@ -53,11 +54,17 @@ def read_benchmarks(results_root: str | Path, hardware: str, scale: str) -> pd.D
 
 
 def write_run_record(results_dir: str | Path, *, started: float, finished: float, status: str, hardware: str,
-                     scale: str, cores: int | None, targets: list[str]) -> dict:
+                     scale: str, cores: int | None, targets: list[str], host_speed: dict | None = None,
+                     cpu: dict | None = None) -> dict:
     """Record one ``snakemake`` invocation in ``results_dir/run.json`` (the workflow's onsuccess / onerror handler):
     when it started and ended, its wall minutes, the jobs it ran (benchmark files written since it started) with
     their core-minutes (CPU time) and summed wall minutes, the commit, the machine (with the CPU clock the kernel
-    reports at the end: :func:`cpu_mhz`) and the cores it was given. An earlier record of the same folder moves to
+    reports at the end: :func:`cpu_mhz`; ``host_speed``: the probe of repro.report.hostspeed before the first job and
+    after the last, where measured) and the cores it was given. ``core_minutes`` is the CPU time of the run's jobs:
+    exact where the workflow measured it (``cpu``: ``jobs_cpu_s``, the Snakemake process's waited-for children, and
+    ``snakemake_cpu_s``, its own), else the sum of the benchmark files' sampled CPU times (``benchmark_core_minutes``,
+    always recorded; it misses what a job spends after its last sample, and a cluster's jobs are not the Snakemake
+    process's children, so their sampled sum is used there). An earlier record of the same folder moves to
     ``earlier`` (the newest first)."""
     folder = Path(results_dir)
     frame = read_benchmarks(folder.parent.parent, hardware, scale)
@@ -67,13 +74,22 @@ def write_run_record(results_dir: str | Path, *, started: float, finished: float
     def iso(t: float) -> str:
         return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
 
+    sampled = round(float(ran["cpu_s"].fillna(0).sum()) / 60, 2) if len(ran) else 0.0
+    exact = None if not cpu or cpu.get("jobs_cpu_s") is None else round(cpu["jobs_cpu_s"] / 60, 2)
+    # the children's CPU below half the sampled sum: the jobs ran elsewhere (a cluster), not as our children
+    use_exact = exact is not None and exact >= 0.5 * sampled
     record = {"status": status, "started": iso(started), "finished": iso(finished),
               "wall_minutes": round((finished - started) / 60, 2), "jobs": int(len(ran)),
-              "core_minutes": round(float(ran["cpu_s"].fillna(0).sum()) / 60, 2) if len(ran) else 0.0,
+              "core_minutes": exact if use_exact else sampled,
+              "core_minutes_source": "rusage" if use_exact else "benchmark",
+              "benchmark_core_minutes": sampled,
+              "snakemake_core_minutes": (round(cpu["snakemake_cpu_s"] / 60, 2)
+                                         if cpu and cpu.get("snakemake_cpu_s") is not None else None),
               "sum_job_wall_minutes": round(float(ran["wall_s"].fillna(0).sum()) / 60, 2) if len(ran) else 0.0,
               "jobs_run": sorted(ran["job"].tolist()) if len(ran) else [], "cores": cores, "targets": targets,
               "hardware": hardware, "scale": scale, "git": git_commit(),
-              "machine": fp.get("hardware"), "cpu_mhz": cpu_mhz(), "software": fp.get("software")}
+              "machine": fp.get("hardware"), "cpu_mhz": cpu_mhz(), "host_speed": host_speed,
+              "software": fp.get("software")}
     old = read_json(folder / RUN_RECORD) if (folder / RUN_RECORD).is_file() else None
     if old:
         record["earlier"] = ([{k: v for k, v in old.items() if k != "earlier"}] + list(old.get("earlier") or []))[:HISTORY]
@@ -109,8 +125,10 @@ def run_time_text(rec: dict | None) -> str:
         return "run time unknown (no run.json: the run predates it, or is still running)"
     commit, mhz = _commit_and_clock(rec)
     clock = f", CPU clock {mhz} as the kernel reported it" if mhz else ""
-    return (f"{rec['wall_minutes']:.1f} min wall for {rec['jobs']} jobs ({rec['core_minutes']:.1f} core-minutes, "
-            f"{rec.get('cores') or '?'} cores{clock}), run of commit {commit or '?'} started {rec['started']} "
+    exact = " of the jobs, exact" if rec.get("core_minutes_source") == "rusage" else ""
+    speed = f", {hostspeed.text(rec)}" if hostspeed.text(rec) else ""
+    return (f"{rec['wall_minutes']:.1f} min wall for {rec['jobs']} jobs ({rec['core_minutes']:.1f} core-minutes{exact}, "
+            f"{rec.get('cores') or '?'} cores{clock}{speed}), run of commit {commit or '?'} started {rec['started']} "
             "(run.json)")
 
 
@@ -142,7 +160,9 @@ def time_per_rule_md(results_root: str | Path, hardware: str, scale: str) -> lis
     lines = head + [f"The run: {run_time_text(read_run_record(results_root, hardware, scale))}.", "",
                     f"From Snakemake's `benchmark:` files (results/{hardware}/{scale}/{BENCH_DIR}/). {tot['jobs']} "
                     f"jobs; sum of their wall times **{_fmt_s(tot['sum_wall_s'])}**, CPU time "
-                    f"{_fmt_s(tot['sum_cpu_s'])}.", "",
+                    f"{_fmt_s(tot['sum_cpu_s'])} as Snakemake sampled it (what a job spends after its last sample is "
+                    "not counted: up to 30 s per job in runs before the workflow sampled every second; run.json's "
+                    "core-minutes are exact where it says so).", "",
                     "| job | wall | CPU | CPU / wall | max RSS |", "|---|---:|---:|---:|---:|"]
     for r in frame.itertuples():
         ratio = (f"{r.cpu_s / r.wall_s:.2f}" if r.cpu_s is not None and not math.isnan(r.cpu_s) and r.wall_s
@@ -169,7 +189,9 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
             wall = "unknown (no run.json)"
             if rec:
                 commit, mhz = _commit_and_clock(rec)
-                wall = f"{rec['wall_minutes']:.1f} min ({commit}{', ' + mhz if mhz else ''})"
+                start = ((rec.get("host_speed") or {}).get("start_gflops"))
+                extra = "".join(f", {x}" for x in (mhz, f"{start:.0f} GFLOP/s" if start is not None else "") if x)
+                wall = f"{rec['wall_minutes']:.1f} min ({commit}{extra})"
             rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | {wall} | "
                         + ", ".join(f"{r.job} {_fmt_s(r.wall_s)}" for r in slow.itertuples()) + " |")
     if not rows:
@@ -177,6 +199,9 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
     return ["## Run time per machine", "",
             f"From each machine's Snakemake benchmark files (results/<hardware>/{scale}/{BENCH_DIR}/). The CPU clock is "
             "the kernel's (run.json's cpu_mhz, where recorded): one hardware id can run on hosts of different speeds "
-            "when the CPU's name carries no clock.", "",
-            "| hardware | jobs | sum of job wall times | run wall time (run.json: commit, CPU clock) | slowest jobs |",
+            "when the CPU's name carries no clock, and the reported clock need not change with the host: the host's "
+            "speed is the probe run.json records before the first job (one-thread fp32 matmul GFLOP/s, "
+            "repro/report/hostspeed.py), where recorded.", "",
+            "| hardware | jobs | sum of job wall times | run wall time (run.json: commit, CPU clock, host speed) | "
+            "slowest jobs |",
             "|---|---:|---:|---:|---|", *rows, ""]
