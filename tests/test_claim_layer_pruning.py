@@ -1,6 +1,7 @@
 """layer_pruning (Gromov et al. 2025; ShortGPT): BI / angular distance on known states, the selection rules, a tiny
 end-to-end run on freshly trained tiny artefacts, and verdict rules that flip when a number is wrong."""
 import copy
+import itertools
 import math
 
 import pytest
@@ -111,29 +112,37 @@ def test_tiny_run(tiny_models):
         assert len(by("angular_argmin_start", stack=s)) == L
         q = "valid_ppl" if s == "lm" else "bleu"
         unhealed = [r for r in by(q, stack=s, healed=False)]
-        # base + every rule (bi, angular, last, random x 1 seed) at every count 1..L
-        assert len(unhealed) == 1 + 4 * L
+        # base + bi, angular, last at every count 1..L; random: every distinct selection at counts 1..L-1 (at most 3
+        # of them: random_all_up_to), the seeded draw at L
+        assert len(unhealed) == 1 + 3 * L + (2 ** L - 2) + 1
+        rand = by(q, stack=s, rule="random", healed=False)
+        for n in range(1, L):
+            picks = sorted(r["sweep"]["layers"] for r in rand if r["sweep"]["n_removed"] == n)
+            assert picks == sorted(",".join(map(str, c)) for c in itertools.combinations(range(L), n))
+            assert {r["sweep"]["sample"] for r in rand if r["sweep"]["n_removed"] == n} == {"all"}
+        assert [r["sweep"]["sample"] for r in rand if r["sweep"]["n_removed"] == L] == ["seeded"]
         assert all(math.isfinite(r["value"]) for r in unhealed)
         assert len(by("collapse_percent", stack=s) + by("no_collapse_up_to_percent", stack=s)) == 4
     # removing every layer gives the same model whatever the rule
     full = {r["value"] for r in by("valid_ppl", stack="lm", n_removed=3, healed=False)}
     assert len(full) == 1
-    # each similarity rule against the random draw at every count below L, paired over the same sentences
+    # each similarity rule against the mean of the random selections at every count below L, paired over the same
+    # sentences
     for s, L in (("encoder", 3), ("decoder", 2), ("lm", 3)):
-        pr = by("paired_delta_vs_random", stack=s)
-        assert len(pr) == 2 * (L - 1)  # bi and angular x counts 1..L-1 x one draw
-        q = "valid_ppl" if s == "lm" else "bleu"
+        pr = by("paired_delta_vs_random_mean", stack=s)
+        assert len(pr) == 2 * (L - 1)  # bi and angular x counts 1..L-1
+        q = "valid_nll" if s == "lm" else "bleu"
         for r in pr:
             sw = r["sweep"]
-            assert sw["lo"] <= r["value"] <= sw["hi"] and sw["quality"] == ("valid_nll" if s == "lm" else "bleu")
+            assert sw["lo"] <= sw["hi"] and sw["quality"] == q and sw["random_sample"] == "all"
+            assert sw["random_selections"] == math.comb(L, sw["n_removed"]) and sw["own_selection_among"] == 1
             rule = by(q, stack=s, rule=sw["rule"], n_removed=sw["n_removed"], healed=False).value()
-            draw = by(q, stack=s, rule="random", n_removed=sw["n_removed"], healed=False).value()
-            if s == "lm":  # the difference of the two validation NLLs, from per-sentence sums
-                assert r["value"] == pytest.approx(math.log(rule) - math.log(draw), abs=1e-6)
-            else:  # BLEU from the per-sentence statistics is the corpus BLEU
-                assert r["value"] == pytest.approx(rule - draw, abs=1e-9)
-            if sw["layers"] == sw["random_layers"]:  # the same layers: a tie, on [0, 0]
-                assert r["value"] == 0.0 and sw["lo"] == sw["hi"] == 0.0
+            draws = by(q, stack=s, rule="random", n_removed=sw["n_removed"], healed=False).values()
+            # the validation NLL from per-sentence sums, BLEU from the per-sentence statistics: the rows' own numbers
+            assert r["value"] == pytest.approx(rule - sum(draws) / len(draws), abs=1e-6)
+            assert sw["random_mean"] == pytest.approx(sum(draws) / len(draws), abs=1e-6)
+            better = sum((rule > d) if s != "lm" else (rule < d) for d in draws)
+            assert sw["better_than"] == better
     healed = by("valid_nll", stack="lm", healed=True)
     assert sorted(r["sweep"]["n_removed"] for r in healed) == [0, 2, 3]  # the control; 0.5 and 1.0 of 3 layers
     # the BI rule's BLEU as a fraction of the unpruned model's, with its paired interval (translation stacks)
@@ -337,7 +346,8 @@ def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
     rows, verdict = run_and_judge(C, lp.run, params, "paper", out)
     assert (out / "imported_model" / "checkpoint_last.pt").exists()
     assert [int(r["value"]) for r in Rows(rows).metric("n_layers")] == [3, 2]
-    assert len(Rows(rows).metric("bleu").where(stack="encoder", healed=False)) == 1 + 4 * 3
+    # base, bi / angular / last at 1..3, random: every selection of 1 or 2 of 3 layers, the seeded draw of all 3
+    assert len(Rows(rows).metric("bleu").where(stack="encoder", healed=False)) == 1 + 3 * 3 + 6 + 1
     assert len(Rows(rows).metric("valid_nll").where(stack="encoder", healed=True)) == 1
     assert verdict["verdict"] in ("reproduced", "partially", "not_reproduced", "inconclusive")
 
@@ -444,6 +454,109 @@ def test_beats_random_is_decided_by_the_paired_intervals():
     edge = {**narrow, ("bi", 2, 0): (1.0, 0.0, 2.0)}  # an interval touching 0 is a tie
     c, _ = _beats(_encoder_rows(RULE, good, [(SHALLOW, bad)], paired=edge))
     assert c["passed"] is None and "4 won, 0 lost, 1 undecided" in c["measured"]
+
+
+def _mean_rows(deltas: dict, stack: str = "encoder", L: int = 6, sample: str = "all", apart: dict | None = None):
+    """A stack's rows with the comparison against the random baseline's mean: {n: (delta, lo, hi)} for BI and
+    angular picking the same (deepest n) layers; ``apart``: {n: (layers, delta, lo, hi)} where angular picks
+    otherwise."""
+    q = "valid_nll" if stack == "lm" else "bleu"
+    rows = [metric(C, "n_layers", L, stack=stack)]
+    if stack == "lm":
+        rows.append(metric(C, "unigram_ppl", 1e4, stack="lm"))
+        rows.append(metric(C, "valid_nll", math.log(50.0), "nats/token", stack="lm", rule="none", n_removed=0,
+                           healed=False, layers=""))
+    for n, (d, lo, hi) in deltas.items():
+        for rule in ("bi", "angular"):
+            layers, dd, ll, hh = (apart[n] if rule == "angular" and apart and n in apart else
+                                  (list(range(L - n, L)), d, lo, hi))
+            rows.append(metric(C, "paired_delta_vs_random_mean", dd, "nats/token" if stack == "lm" else "BLEU",
+                               kind="statistic", stack=stack, rule=rule, n_removed=n, healed=False, quality=q,
+                               layers=",".join(map(str, layers)), random_sample=sample,
+                               random_selections=math.comb(L, n) if sample == "all" else 5, random_mean=20.0,
+                               better_than=3, worse_than=1, own_selection_among=1, lo=ll, hi=hh))
+    return rows
+
+
+def test_beats_random_mean_is_decided_by_the_paired_interval_against_zero():
+    """Rows comparing each selection with the random baseline's mean: each comparison is won or lost only when its
+    interval excludes 0 (an edge on 0 is a tie), BI and angular picking the same layers count once, the NLL's
+    better side is below 0; a reversed effect fails and null data (every interval across 0) decides nothing."""
+    win = {n: (2.0, 0.5, 3.5) for n in range(1, 6)}
+    c, _ = _beats(_mean_rows(win))
+    assert c["passed"] is True and "5 won, 0 lost, 0 undecided of 5 comparisons" in c["measured"]
+    assert "(bi=angular)" in c["measured"] and "vs the mean of every one of the 6 selections" in c["measured"]
+    assert "random mean by its paired interval" in c["interval"]
+    edge = {**win, 3: (2.0, 0.0, 4.0)}  # the interval touches 0: a tie
+    c, _ = _beats(_mean_rows(edge))
+    assert c["passed"] is None and "4 won, 0 lost, 1 undecided" in c["measured"]
+    assert c["power"]["n_needed"] == 5
+    c, _ = _beats(_mean_rows({n: (-2.0, -3.5, -0.5) for n in range(1, 6)}))  # reversed: every rule worse
+    assert c["passed"] is False and "0 won, 5 lost" in c["measured"]
+    c, _ = _beats(_mean_rows({n: (0.3, -1.0, 1.6) for n in range(1, 6)}))  # null: every interval across 0
+    assert c["passed"] is None and "no comparison decided" in c["undecided_because"]
+    c, _ = _beats(_mean_rows(win, apart={2: ([0, 4], -1.5, -2.5, -0.5)}))  # angular apart at n=2, and worse
+    assert "5 won, 1 lost, 0 undecided of 6 comparisons" in c["measured"] and c["passed"] is None  # p = 7/64
+    # seeded draws say so
+    c, _ = _beats(_mean_rows(win, sample="seeded"))
+    assert "vs the mean of 5 seeded draws" in c["measured"]
+
+
+def test_beats_random_mean_on_the_lm_counts_lower_nll_as_better():
+    params = {**config.section(C, "default"), "stacks": ["lm"]}
+    better = _mean_rows({n: (-0.5, -0.7, -0.3) for n in range(1, 4)}, stack="lm", L=4)
+    v = judge_rows(C, better, scale="default", params=params, thresholds=T4)
+    c = next(c for c in v["checks"] if c["name"] == BEATS)
+    assert c["passed"] is None and "3 won, 0 lost" in c["measured"]  # 3 of 3: p = 1/8, undecided at 0.05
+    worse = _mean_rows({n: (0.5, 0.3, 0.7) for n in range(1, 4)}, stack="lm", L=4)
+    v = judge_rows(C, worse, scale="default", params=params, thresholds=T4)
+    c = next(c for c in v["checks"] if c["name"] == BEATS)
+    assert "0 won, 3 lost" in c["measured"]
+
+
+def test_random_selections_are_every_selection_up_to_the_cap_else_the_seeded_draws():
+    picks, sample = lp.random_selections(2, 4, [0, 1], 6)
+    assert sample == "all" and [p for _, p in picks] == [list(c) for c in itertools.combinations(range(4), 2)]
+    assert all(seed is None for seed, _ in picks)
+    picks, sample = lp.random_selections(2, 4, [0, 1], 5)  # C(4, 2) = 6 > 5
+    assert sample == "seeded" and [s for s, _ in picks] == [0, 1]
+    assert [p for _, p in picks] == [lp.select_layers("random", 2, 4, [], {}, s) for s in (0, 1)]
+    assert lp.random_selections(1, 4, [3], 0)[1] == "seeded"  # 0: always the draws
+    assert lp.random_selections(4, 4, [3], 64)[1] == "seeded"  # every layer: one selection, the draw
+
+
+def test_paired_rows_against_the_random_mean():
+    """rule - mean of the random selections from the per-sentence units: the observed value is the rows' own
+    numbers; seeded draws are resampled with the sentences (a wider interval than the same selections taken as the
+    exact baseline); a rule equal to every selection is 0 on [0, 0]."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    tok = rng.integers(5, 30, size=120).astype(float)
+    nll = {k: tok * (2.0 + s) + rng.normal(0, 2, size=120) for k, s in
+           ((("skip", (0,)), 1.0), (("skip", (1,)), 0.0), (("skip", (2,)), 0.2), (("skip", (3,)), 0.1))}
+    ev = SimpleNamespace(units={k: np.stack([v, tok], 1) for k, v in nll.items()})
+    table = [{"rule": "bi", "healed": False, "n_removed": 1, "layers": [3]}]
+    pp = {"samples": 400, "seed": 0, "alpha": 0.05}
+    ref = {k: float(v.sum() / tok.sum()) for k, v in nll.items()}
+    for sample in ("all", "seeded"):
+        rand = [{"rule": "random", "healed": False, "n_removed": 1, "layers": [i], "sample": sample}
+                for i in range(4)]
+        [r] = lp.paired_rows(table + rand, ev, "lm", 4, pp)
+        sw = r["sweep"]
+        assert r["value"] == pytest.approx(ref[("skip", (3,))] - np.mean(list(ref.values())), abs=1e-12)
+        assert sw["random_sample"] == sample and sw["random_selections"] == 4 and sw["own_selection_among"] == 1
+        assert sw["better_than"] == 2 and sw["worse_than"] == 1  # NLL: worse only than removing layer 1
+        width = sw["hi"] - sw["lo"]
+        if sample == "all":
+            exact = width
+        else:
+            assert width > exact
+    same = [{"rule": "random", "healed": False, "n_removed": 1, "layers": [3], "sample": "all"}] * 2
+    [r] = lp.paired_rows(table + same, ev, "lm", 4, pp)
+    assert r["value"] == 0.0 and r["sweep"]["lo"] == r["sweep"]["hi"] == 0.0
 
 
 def test_bi_depth_tie_is_undecided():

@@ -83,8 +83,9 @@ def test_layer_pruning_paper_section_on_a_llama_folder(tmp_path):
     assert [int(r["value"]) for r in Rows(rows).metric("n_layers")] == [4]
     assert len(Rows(rows).metric("block_influence").where(stack="lm")) == 4
     assert len(Rows(rows).metric("angular_distance").where(stack="lm")) == 4 + 3 + 2 + 1
-    # unpruned + 4 rules x 4 counts unhealed, then the healing control and the healed angular cut
-    assert len(Rows(rows).metric("valid_ppl").where(stack="lm", healed=False)) == 1 + 4 * 4
+    # unpruned + 3 rules x 4 counts unhealed + random: every selection of 1-3 of 4 layers (4 + 6 + 4), the seeded
+    # draw of all 4; then the healing control and the healed angular cut
+    assert len(Rows(rows).metric("valid_ppl").where(stack="lm", healed=False)) == 1 + 3 * 4 + 14 + 1
     assert len(Rows(rows).metric("valid_ppl").where(stack="lm", healed=True)) == 2
     [n_params] = Rows(rows).metric("model_parameters")
     assert n_params["value"] == sum(p.numel() for p in

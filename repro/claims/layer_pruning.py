@@ -12,7 +12,8 @@ and the decoder-only LM trained on the corpus's target side, scored by validatio
   sentences; l*(n) = argmin_l d, and whether the block l*..l*+n-1 leaves the last layer in place.
 - Gromov Figs 1-3 / ShortGPT Table 2: quality vs layers removed for the selection rules "bi" (the n lowest-BI
   layers, ShortGPT), "angular" (Gromov's block l*(n)), "last" (the n layers before the final one, Gromov's simple
-  rule) and "random" (seeded orders), without healing and after a short healing fine-tune with repro.train's
+  rule) and "random" (every distinct selection of n layers where there are at most ``random_all_up_to`` of them,
+  the exact uniform-random baseline; seeded orders otherwise), without healing and after a short healing fine-tune with repro.train's
   ``train()`` (``heal.scope``: "full" fine-tunes the whole pruned model, "adjacent" only the layers next to the cut;
   Gromov heals with QLoRA, which this does not use); the collapse point (BLEU below ``collapse.bleu_ratio`` of the
   unpruned model, or perplexity above ``collapse.ppl_ratio`` times it) against Gromov's 45-55% (Llama-2), 35%
@@ -25,9 +26,9 @@ perplexity and healing text are a seeded split of the file's lines (Gromov et al
 report perplexity and QA accuracy; task accuracy is not measured here).
 
 Layers are bypassed with ``BlockStack.skip`` for evaluation and removed with ``BlockStack.drop_layers`` for healing.
-Each similarity rule is compared with each random draw at each removal count on the same sentences (the
-``paired_delta_vs_random`` rows: rule - draw in BLEU, or in validation NLL for the LM, with a paired-bootstrap
-interval over the sentences, ``paired``), from the decodes and scores already made; each healed selection's gap
+Each similarity rule is compared with the random baseline at each removal count on the same sentences (the
+``paired_delta_vs_random_mean`` rows: rule - the mean over the random selections in BLEU, or in validation NLL for
+the LM, with a paired-bootstrap interval over the sentences, ``paired``), from the decodes and scores already made; each healed selection's gap
 change (healed - control) - (unhealed - unpruned) in validation NLL likewise (the ``healing_gap_change`` rows), and
 BLEU with the BI rule's layers removed as a fraction of the unpruned model's (``bleu_ratio_to_unpruned``).
 BLEU is on the first ``eval.test_sentences`` test sentences (or the placeholder-free subset); the unpruned model's
@@ -40,6 +41,7 @@ config/claims/layer_pruning.yaml.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import math
 import time
@@ -58,7 +60,7 @@ from repro.data.batching import EncodedCorpus
 from repro.data.text import read_lines
 from repro.io import atomic_write_json, atomic_write_text, metric
 from repro.train.bleu import (bleu_from_stats, bleu_report, bootstrap_counts, bootstrap_indices, corpus_bleu,
-                              paired_bootstrap, sentence_stats)
+                              sentence_stats)
 from repro.train.decode import DecodeConfig
 from repro.train.loop import evaluate_loss, model_loss, train
 from repro.train.pipeline import batches_fn, encode_splits, load_data, valid_batches
@@ -237,6 +239,16 @@ def select_layers(rule: str, n: int, L: int, bi: list[float], angular: dict, see
     raise LayerPruningError(f"layer_pruning.rules: unknown rule {rule!r} (valid: {', '.join(RULES)})")
 
 
+def random_selections(n: int, L: int, seeds: list[int], all_up_to: int | None) -> tuple[list, str]:
+    """The random baseline's selections of ``n`` of ``L`` layers: every distinct selection (``[(None, layers)]`` in
+    lexicographic order; ``"all"``) when there are at most ``all_up_to`` of them, which makes the baseline the
+    exact expectation of a uniformly random selection (a draw cannot repeat one, and none is missed); otherwise the
+    seeded draws of ``seeds`` (``[(seed, layers)]``; ``"seeded"``). ``all_up_to`` None or 0: always the draws."""
+    if all_up_to and 0 < n < L and math.comb(L, n) <= all_up_to:
+        return [(None, list(c)) for c in itertools.combinations(range(L), n)], "all"
+    return [(seed, select_layers("random", n, L, [], {}, seed)) for seed in seeds], "seeded"
+
+
 def removal_counts(L: int, max_fraction: float) -> list[int]:
     return list(range(1, max(0, min(L, int(math.floor(max_fraction * L + 1e-9)))) + 1))
 
@@ -251,7 +263,7 @@ def heal_counts(L: int, fractions: list[float]) -> list[int]:
 def sentence_nll(model, batches, pad_id: int, device) -> tuple[dict, np.ndarray]:
     """``evaluate_loss``'s numbers (the same per-token NLL and perplexity, from the same summed NLL) and, per
     validation sentence in corpus order, its summed NLL and its target tokens ((N, 2)): the units a paired bootstrap
-    over sentences resamples (:func:`paired_nll`)."""
+    over sentences resamples (:func:`paired_nll_contrast`)."""
     was = model.training
     model.eval()
     tot, n, nll_s, tok_s, idx = 0.0, 0, [], [], []
@@ -277,13 +289,6 @@ def sentence_nll(model, batches, pad_id: int, device) -> tuple[dict, np.ndarray]
     return {"nll": tot / max(n, 1), "ppl": math.exp(min(tot / max(n, 1), 50)), "tokens": n}, units
 
 
-def paired_nll(units_a: np.ndarray, units_b: np.ndarray, samples: int, seed: int, alpha: float) -> dict:
-    """Paired bootstrap over validation sentences of NLL(b) - NLL(a) (nats/token), the units of
-    :func:`sentence_nll` for two models on the same sentences: the observed difference and its (1 - alpha)
-    percentile interval (the resampled sentence sets are :func:`repro.train.bleu.bootstrap_indices`', as BLEU's)."""
-    return paired_nll_contrast([(-1.0, units_a), (1.0, units_b)], samples, seed, alpha)
-
-
 def paired_nll_contrast(terms: list[tuple[float, np.ndarray]], samples: int, seed: int, alpha: float) -> dict:
     """Paired bootstrap over validation sentences of a contrast sum_i w_i NLL(model_i) (nats/token) of models scored
     on the same sentences (``terms``: (w_i, units of :func:`sentence_nll`)): the observed contrast and its
@@ -291,7 +296,7 @@ def paired_nll_contrast(terms: list[tuple[float, np.ndarray]], samples: int, see
     arrays = [np.asarray(u, dtype=np.float64) for _, u in terms]
     tok = arrays[0][:, 1]
     if any(a.shape != arrays[0].shape or not np.array_equal(a[:, 1], tok) for a in arrays):
-        raise ValueError("paired_nll: the models were scored on different sentences")
+        raise ValueError("paired_nll_contrast: the models were scored on different sentences")
     n = tok.shape[0]
     counts = np.zeros((samples, n))
     np.add.at(counts, (np.repeat(np.arange(samples), n), bootstrap_indices(n, samples, seed).reshape(-1)), 1)
@@ -490,20 +495,21 @@ def _profile_rows(stack: str, tokens: str, prof: Profile, bi: list[float], ang: 
 
 def _unhealed_table(t, evaluator: Evaluator, stack: str, params: dict, L: int, bi: list[float], ang: dict
                     ) -> list[dict]:
-    """Quality of the unpruned model, then of every rule (random: every seed) at every removal count, unhealed."""
+    """Quality of the unpruned model, then of every rule at every removal count, unhealed; random: every selection
+    of :func:`random_selections` (its ``sample``: "all" or "seeded")."""
     qname = "valid_ppl" if stack == "lm" else "bleu"
     base = evaluator.quality(t.model, ("skip", ()))
     table = [{"stack": stack, "rule": "none", "n_removed": 0, "fraction": 0.0, "healed": False, "seed": None,
               "layers": [], **base}]
     counts = removal_counts(L, params["max_fraction"])
     for rule in params["rules"]:
-        seeds = params["random_seeds"] if rule == "random" else [None]
-        for seed in seeds:
-            for n in counts:
-                layers = select_layers(rule, n, L, bi, ang, seed)
+        for n in counts:
+            picks, sample = ((random_selections(n, L, params["random_seeds"], params.get("random_all_up_to"))
+                              if rule == "random" else ([(None, select_layers(rule, n, L, bi, ang))], None)))
+            for seed, layers in picks:
                 q = evaluator.pruned(layers)
                 table.append({"stack": stack, "rule": rule, "n_removed": n, "fraction": n / L, "healed": False,
-                              "seed": seed, "layers": layers, **q})
+                              "seed": seed, "layers": layers, **q, **({"sample": sample} if sample else {})})
                 log.info("%s %s%s: remove %d/%d %s -> %s %.3f (nll %.3f)", stack, rule,
                          "" if seed is None else f" seed {seed}", n, L, layers, qname, q[qname], q["valid_nll"])
     return table
@@ -512,37 +518,77 @@ def _unhealed_table(t, evaluator: Evaluator, stack: str, params: dict, L: int, b
 SIMILARITY_RULES = ("bi", "angular")
 
 
+def _resampled_quality(units: np.ndarray, counts: np.ndarray, lm: bool) -> np.ndarray:
+    """One selection's quality on each resample of the evaluation sentences (``counts``: (samples, n)): corpus BLEU
+    from the per-sentence statistics (translation), NLL per token from the per-sentence sums (LM)."""
+    if lm:
+        return (counts @ units[:, 0]) / np.maximum(counts @ units[:, 1], 1)
+    return bleu_from_stats(counts @ units)
+
+
+def _observed_quality(units: np.ndarray, lm: bool) -> float:
+    return float(units[:, 0].sum() / max(units[:, 1].sum(), 1)) if lm else bleu_from_stats(units.sum(0))
+
+
 def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp: dict) -> list[dict]:
-    """Each similarity rule (BI, angular) against each random draw at each removal count below ``L``, unhealed,
-    paired over the same evaluation sentences (decodes and scores already made, from ``evaluator.units``): the
-    difference rule - draw in BLEU (translation: paired bootstrap of corpus BLEU, Koehn 2004) or in validation
-    NLL (LM, nats/token: paired bootstrap of the sentences' summed NLL over their tokens), with its
-    (1 - ``paired.alpha``) percentile interval over ``paired.samples`` resamples (seed ``paired.seed``). A draw
-    that removed exactly the rule's layers gives a difference of 0 on [0, 0]: a tie."""
+    """Each similarity rule (BI, angular) against the random baseline at each removal count below ``L``, unhealed,
+    paired over the same evaluation sentences (decodes and scores already made, from ``evaluator.units``): rule -
+    the mean over the random selections, in BLEU (translation: corpus BLEU per resample from the per-sentence
+    statistics, Koehn 2004) or in validation NLL (LM, nats/token: the sentences' summed NLL over their tokens), with
+    its (1 - ``paired.alpha``) percentile interval over ``paired.samples`` resamples of the sentences (seed
+    ``paired.seed``; the ``paired_delta_vs_random_mean`` rows). With every selection evaluated (``sample`` "all")
+    the mean is the exact expectation of a uniformly random pick, and only the sentences are resampled; with
+    seeded draws the draws are resampled too (with replacement, seed ``paired.seed`` + 1), so the interval carries
+    the draws' own sampling error. Each selection counts once however many draws picked it only in the "all"
+    case; a draw repeated by two seeds is two draws of the random procedure."""
     lm = stack == "lm"
-    draws = [r for r in table if r["rule"] == "random" and not r["healed"]]
-    done: dict = {}
-    rows = []
+    rand: dict = {}
     for r in table:
-        if r["rule"] not in SIMILARITY_RULES or r["healed"] or not 0 < r["n_removed"] < L:
+        if r["rule"] == "random" and not r["healed"] and 0 < r["n_removed"] < L:
+            rand.setdefault(r["n_removed"], []).append(r)
+    counts = None
+    resampled: dict = {}
+
+    def quality(layers) -> np.ndarray | None:
+        key = ("skip", tuple(sorted(layers)))
+        if key not in resampled:
+            u = evaluator.units.get(key)
+            resampled[key] = None if u is None else (_observed_quality(u, lm), _resampled_quality(u, counts, lm))
+        return resampled[key]
+
+    rows = []
+    q = [100 * pp["alpha"] / 2, 100 * (1 - pp["alpha"] / 2)]
+    for r in table:
+        if r["rule"] not in SIMILARITY_RULES or r["healed"] or r["n_removed"] not in rand:
             continue
-        ub = evaluator.units.get(("skip", tuple(sorted(r["layers"]))))
-        for d in [d for d in draws if d["n_removed"] == r["n_removed"]]:
-            ua = evaluator.units.get(("skip", tuple(sorted(d["layers"]))))
-            if ua is None or ub is None:
-                continue
-            key = (tuple(sorted(r["layers"])), tuple(sorted(d["layers"])))
-            if key not in done:  # BI and angular often pick the same layers, draws repeat too
-                res = (paired_nll(ua, ub, pp["samples"], pp["seed"], pp["alpha"]) if lm else
-                       paired_bootstrap(ua, ub, pp["samples"], pp["seed"], pp["alpha"]))
-                done[key] = (res["delta"], *res["delta_ci"])
-            delta, lo, hi = done[key]
-            rows.append(metric(CLAIM, "paired_delta_vs_random", delta, "nats/token" if lm else "BLEU",
-                               kind="statistic", n=len(ub), stack=stack, rule=r["rule"], n_removed=r["n_removed"],
-                               seed=d["seed"], healed=False, quality="valid_nll" if lm else "bleu",
-                               layers=",".join(map(str, r["layers"])),
-                               random_layers=",".join(map(str, d["layers"])), lo=lo, hi=hi,
-                               alpha=pp["alpha"], samples=pp["samples"]))
+        if counts is None:
+            n_sent = next(iter(evaluator.units.values())).shape[0]
+            counts = bootstrap_counts(n_sent, pp["samples"], pp["seed"])
+        draws = rand[r["n_removed"]]
+        sample = draws[0].get("sample", "seeded")
+        got = [quality(d["layers"]) for d in draws]
+        mine = quality(r["layers"])
+        if mine is None or any(g is None for g in got):
+            continue
+        obs = np.array([g[0] for g in got])
+        per = np.stack([g[1] for g in got], 1)  # (samples, selections)
+        if sample == "all":
+            mean_rs = per.mean(1)
+        else:  # the draws are a sample of the random procedure: resample them too
+            pick = np.random.default_rng(pp["seed"] + 1).integers(0, per.shape[1], size=per.shape)
+            mean_rs = np.take_along_axis(per, pick, 1).mean(1)
+        delta_rs = mine[1] - mean_rs
+        lo, hi = (float(x) for x in np.percentile(delta_rs, q))
+        own = [i for i, d in enumerate(draws) if sorted(d["layers"]) == sorted(r["layers"])]
+        better = int(np.sum(mine[0] > obs) if not lm else np.sum(mine[0] < obs))
+        worse = int(np.sum(mine[0] < obs) if not lm else np.sum(mine[0] > obs))
+        rows.append(metric(CLAIM, "paired_delta_vs_random_mean", mine[0] - float(obs.mean()),
+                           "nats/token" if lm else "BLEU", kind="statistic", n=int(counts.shape[1]), stack=stack,
+                           rule=r["rule"], n_removed=r["n_removed"], healed=False,
+                           quality="valid_nll" if lm else "bleu", layers=",".join(map(str, r["layers"])),
+                           random_sample=sample, random_selections=len(draws), random_mean=float(obs.mean()),
+                           better_than=better, worse_than=worse, own_selection_among=len(own),
+                           lo=lo, hi=hi, alpha=pp["alpha"], samples=pp["samples"]))
     return rows
 
 
@@ -642,6 +688,8 @@ def _quality_rows(table: list[dict], stack: str, L: int, hp: dict, data: dict) -
                      excludes_last=(L - 1) not in r["layers"])
         if r["seed"] is not None:
             sweep["seed"] = r["seed"]
+        if r.get("sample"):  # random: every distinct selection ("all") or seeded draws
+            sweep["sample"] = r["sample"]
         if r["healed"]:
             sweep["heal_steps"], sweep["heal_scope"] = hp["steps"], hp["scope"]
         rows.append(metric(CLAIM, "valid_nll", r["valid_nll"], "nats/token", **sweep))
@@ -681,7 +729,7 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path, shared
 
 
 def collapse_rows(table: list[dict], stack: str, L: int, params: dict) -> list[dict]:
-    """Collapse point per rule (random: the mean over seeds), unhealed, from the quality table."""
+    """Collapse point per rule (random: the mean over its selections), unhealed, from the quality table."""
     qname = "valid_ppl" if stack == "lm" else "bleu"
     hib = stack != "lm"
     ratio = params["collapse"]["ppl_ratio" if stack == "lm" else "bleu_ratio"]

@@ -197,12 +197,62 @@ class _Versus:
                 + {1: " -> won", -1: " -> lost", 0: " -> undecided"}[self.result])
 
 
-def _versus(R: Rows, stack: str, L: int) -> list[_Versus]:
+@dataclass
+class _VersusMean:
+    """One comparison of "the similarity rules beat random" against the random baseline's mean: a distinct selection
+    (the rules that picked it) at one removal count, decided by the paired interval of rule - the mean over the random
+    selections (``paired_delta_vs_random_mean``): won when the interval lies wholly on the better side of 0, lost
+    when wholly on the worse side, undecided when it touches 0 (a tie decides nothing)."""
+    stack: str
+    n: int
+    rules: list[str]
+    row: dict
+
+    @property
+    def result(self) -> int:
+        sw = self.row["sweep"]
+        lo, hi = float(sw["lo"]), float(sw["hi"])
+        dec = decide_interval(lo, hi, above=0.0) if self.stack != "lm" else decide_interval(lo, hi, below=0.0)
+        return 0 if dec is None else 1 if dec else -1
+
+    def text(self) -> str:
+        sw, lm = self.row["sweep"], self.stack == "lm"
+        k = int(sw["random_selections"])
+        base = (f"every one of the {k} selections" if sw.get("random_sample") == "all" else f"{k} seeded draws")
+        place = (f"; better than {int(sw['better_than'])}, worse than {int(sw['worse_than'])} of them"
+                 if sw.get("better_than") is not None else "")
+        unit = "nats/token NLL" if lm else "BLEU"
+        return (f"{self.stack} n={self.n} ({'='.join(self.rules)}): {float(self.row['value']):+.3g} {unit} "
+                f"[{float(sw['lo']):+.3g}, {float(sw['hi']):+.3g}] vs the mean of {base}{place}"
+                + {1: " -> won", -1: " -> lost", 0: " -> undecided"}[self.result])
+
+
+def _versus_mean(R: Rows, stack: str, L: int) -> list[_VersusMean]:
+    """The comparisons on ``stack`` from the ``paired_delta_vs_random_mean`` rows: at each removal count 0 < n < L,
+    each distinct selection of the similarity rules (BI and angular picking the same layers count once) against the
+    mean of the random baseline's selections."""
+    out = []
+    for n, at in sorted(R.metric("paired_delta_vs_random_mean").where(stack=stack).by("n_removed").items()):
+        if not 0 < n < L:
+            continue
+        groups: dict = {}
+        for r in at:
+            lay = _layers(r)
+            groups.setdefault(lay if lay is not None else ("score", r["value"]), []).append(r)
+        out += [_VersusMean(stack, n, [x["sweep"]["rule"] for x in rs], rs[0]) for rs in groups.values()]
+    return out
+
+
+def _versus(R: Rows, stack: str, L: int) -> list[_Versus] | list[_VersusMean]:
     """The comparisons on ``stack``: at each removal count 0 < n < L with random draws, each distinct selection of
     the similarity rules (BI and angular picking the same layers count once; rows without their layers: the same
     score) against every draw (seed), decided by the ``paired_delta_vs_random`` row's paired interval where the
     measurement recorded one (rule - draw over the same sentences), else by the point values; a draw that removed
-    exactly the selection's layers, or an equal score, is a tie."""
+    exactly the selection's layers, or an equal score, is a tie. Rows that compare each selection with the random
+    baseline's mean (``paired_delta_vs_random_mean``, measured since the baseline evaluates every selection) are
+    read instead: :func:`_versus_mean`."""
+    if R.metric("paired_delta_vs_random_mean").where(stack=stack):
+        return _versus_mean(R, stack, L)
     qname = "valid_ppl" if stack == "lm" else "bleu"
     hib = stack != "lm"
     unhealed = R.metric(qname).where(stack=stack, healed=False)
@@ -282,9 +332,10 @@ def _random_checks(j: _Judging) -> list[dict]:
     """The similarity rules (BI, angular) prune better than random, on the stacks past their gate: a one-sided
     exact sign test of the decided comparisons (:func:`_versus`) against a win share of 1/2."""
     name = "similarity-based rules prune better than random"
-    expected = ("BI / angular distance pick layers whose removal hurts less than a random pick (a selection better "
-                "than most random draws more often than worse, by a one-sided sign test)")
     vs = [v for s in j.stacks if s not in j.weak for v in _versus(j.R, s, j.n_layers[s])]
+    expected = ("BI / angular distance pick layers whose removal hurts less than a random pick (a selection better "
+                + ("than the mean of a random pick" if any(isinstance(v, _VersusMean) for v in vs) else
+                   "than most random draws") + " more often than worse, by a one-sided sign test)")
     if not vs:
         if j.stacks:
             return [check(name, None, "no stack to compare", expected, headline=True,
@@ -297,9 +348,10 @@ def _random_checks(j: _Judging) -> list[dict]:
     detail = "; ".join(v.text() for v in vs)
     counted = (f"{wins} won, {losses} lost, {len(vs) - decided} undecided of {len(vs)} comparisons (distinct "
                f"selections x removal counts)")
+    per = ("each rule - random mean by its paired interval over sentences" if isinstance(vs[0], _VersusMean) else
+           "each rule-vs-draw difference by its paired interval over sentences where recorded, else its point value")
     interval = (f"one-sided exact sign test over the decided comparisons against 1/2 at alpha {alpha:g}, with the "
-                f"{100 * (1 - 2 * alpha):g}% Clopper-Pearson interval of the win share; each rule-vs-draw difference "
-                "by its paired interval over sentences where recorded, else its point value; comparisons at "
+                f"{100 * (1 - 2 * alpha):g}% Clopper-Pearson interval of the win share; {per}; comparisons at "
                 "neighbouring removal counts share layers and random orders, so they are not independent")
     pw = _sign_power(wins, decided, alpha)
     if not decided:
@@ -468,7 +520,12 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     2. ShortGPT: the lowest-BI half of the LM's layers lies in the deeper half.
     3. The similarity rules (BI, angular) prune better than random, stacks past their gate only. A comparison is one
        distinct selection at one removal count 0 < n < L (BI and angular picking the same layers count once)
-       against the random draws there: won when it is better than more than half of the draws (its place in their
+       against the random baseline there. Measured since the baseline evaluates every distinct selection
+       (``random_all_up_to``): the paired interval over the evaluation sentences of rule - the mean over the
+       random selections (``paired_delta_vs_random_mean``; the exact expectation of a uniformly random pick, or
+       seeded draws resampled with the sentences) decides it: won when wholly on the better side of 0, lost when
+       wholly on the worse side, undecided when it touches 0. Rows measured before: won when it is better than more
+       than half of the draws (its place in their
        distribution above the median), lost when worse than more than half, undecided otherwise. Each rule-vs-draw
        difference is decided by its paired interval over the evaluation sentences (``paired_delta_vs_random``
        rows: BLEU, or validation NLL for the LM) where the rows carry one, else by the point values; a draw that
@@ -522,8 +579,15 @@ def this_setup(params: dict, n_layers: dict, device: str | None = None) -> dict:
                        f"NLL/perplexity on {params['eval']['valid_sentences']} sentences",
             "healing": f"full fine-tune, {h['steps']} steps at lr {h['lr']} (not QLoRA), with a control fine-tune of "
                        "the unpruned model",
-            "random baseline": f"{len(params.get('random_seeds') or [])} seeded random draws per removal count"
-                               + (f"; each rule vs each draw paired over the evaluation sentences "
+            "random baseline": (f"every distinct selection where a stack has at most {params['random_all_up_to']} "
+                                f"(else {len(params.get('random_seeds') or [])} seeded draws) per removal count"
+                                if params.get("random_all_up_to") else
+                                f"{len(params.get('random_seeds') or [])} seeded random draws per removal count")
+                               + (f"; each rule vs the random mean paired over the evaluation sentences "
+                                  f"({params['paired']['samples']} bootstrap resamples, "
+                                  f"{100 * (1 - params['paired']['alpha']):g}% intervals)"
+                                  if params.get("paired") and params.get("random_all_up_to") is not None else
+                                  f"; each rule vs each draw paired over the evaluation sentences "
                                   f"({params['paired']['samples']} bootstrap resamples, "
                                   f"{100 * (1 - params['paired']['alpha']):g}% intervals)"
                                   if params.get("paired") else "; compared by point values"),

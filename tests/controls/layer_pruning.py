@@ -31,24 +31,40 @@ def _reverse_depth(rows):
 
 
 def _random_quality(rows) -> dict:
-    """The random draws' unhealed quality by (metric, stack, removal count, seed): BLEU, perplexity and NLL."""
-    out = {}
+    """The random baseline's unhealed quality by (metric, stack, removal count): [(seed, layers, value)] for BLEU,
+    perplexity and NLL (seeded draws, or every distinct selection with no seed)."""
+    out: dict = {}
     for r in rows:
         if r.get("metric") in ("bleu", "valid_ppl", "valid_nll") and r.get("sweep.rule") == "random" \
                 and _eq(r.get("sweep.healed"), False) and r.get("value") is not None:
-            out[(r["metric"], r["sweep.stack"], r["sweep.n_removed"], r.get("sweep.seed"))] = float(r["value"])
+            out.setdefault((r["metric"], r["sweep.stack"], r["sweep.n_removed"]), []).append(
+                (r.get("sweep.seed"), r.get("sweep.layers"), float(r["value"])))
     return out
 
 
+def _draw(rq: dict, key: tuple, seed):
+    """The quality of the draw of ``seed`` in ``rq[key]`` (None where there is none)."""
+    return next((v for s, _, v in rq.get(key, []) if _eq(s, seed)), None)
+
+
+def _mean(rq: dict, key: tuple):
+    vs = [v for _, _, v in rq.get(key, [])]
+    return sum(vs) / len(vs) if vs else None
+
+
 def _paired(rows, delta):
-    """The ``paired_delta_vs_random`` rows (rule - draw, interval in ``sweep.lo`` / ``sweep.hi``) moved to
-    ``delta(row, draw_quality)`` with their interval's width kept around it; rows measured before them have none."""
+    """The paired rows moved, their interval's width kept around the new value (``sweep.lo`` / ``sweep.hi``):
+    ``paired_delta_vs_random`` (rule - one draw) to ``delta(row, the draw's quality)``, and
+    ``paired_delta_vs_random_mean`` (rule - the random mean) to ``delta(row, the random mean)``; rows measured
+    before them have none."""
     rq = _random_quality(rows)
     out = []
     for r in rows:
-        if r.get("metric") == "paired_delta_vs_random" and r.get("value") is not None:
+        m = r.get("metric")
+        if m in ("paired_delta_vs_random", "paired_delta_vs_random_mean") and r.get("value") is not None:
             q = "valid_nll" if r.get("sweep.quality") == "valid_nll" else "bleu"
-            d = delta(r, rq.get((q, r["sweep.stack"], r["sweep.n_removed"], r.get("sweep.seed"))))
+            key = (q, r["sweep.stack"], r["sweep.n_removed"])
+            d = delta(r, _draw(rq, key, r.get("sweep.seed")) if m == "paired_delta_vs_random" else _mean(rq, key))
             sw = dict(r.get("sweep") or {})  # the judge reads the parsed sweep; the flat columns kept alike
             half = (float(sw.get("hi", r.get("sweep.hi"))) - float(sw.get("lo", r.get("sweep.lo")))) / 2
             r = {**r, "value": d, "sweep": {**sw, "lo": d - half, "hi": d + half}, "sweep.lo": d - half,
@@ -75,21 +91,21 @@ def _median(xs):
 
 def ties(rows):
     """Equal block influence in every layer (no depth structure at all); and, besides it, every similarity rule
-    exactly as good as the median random draw at each removal count (its place in the draws' distribution exactly
-    in the middle: better than as many draws as it is worse than), in its scores and in its paired differences."""
+    exactly as good as the random baseline at each removal count, in its scores and in its paired differences: the
+    median draw (its place in the draws' distribution exactly in the middle: better than as many draws as it is
+    worse than), or, where the rows compare with the random mean (``paired_delta_vs_random_mean``), that mean."""
     rows = _learned(rows)
     flat = edit(rows, "block_influence", lambda r: 0.25)
     rq = _random_quality(rows)
-    med: dict = {}
-    for (metric, stack, n, _), v in rq.items():
-        med.setdefault((metric, stack, n), []).append(v)
-    med = {k: _median(v) for k, v in med.items()}
+    by_mean = any(r.get("metric") == "paired_delta_vs_random_mean" for r in rows)
+    centre = {k: (sum(v for *_, v in xs) / len(xs) if by_mean else _median([v for *_, v in xs]))
+              for k, xs in rq.items()}
     tied = flat
     for metric in ("bleu", "valid_ppl"):
-        tied = edit(tied, metric, lambda r, metric=metric: med.get((metric, r["sweep.stack"], r["sweep.n_removed"]),
-                                                                    r["value"]),
+        tied = edit(tied, metric, lambda r, metric=metric: centre.get(
+            (metric, r["sweep.stack"], r["sweep.n_removed"]), r["value"]),
                     sweep_rule=("bi", "angular"), sweep_healed=False)
     q = lambda r: "valid_nll" if r.get("sweep.quality") == "valid_nll" else "bleu"  # noqa: E731
-    tied = _paired(tied, lambda r, draw: (med.get((q(r), r["sweep.stack"], r["sweep.n_removed"]), 0.0)
+    tied = _paired(tied, lambda r, draw: (centre.get((q(r), r["sweep.stack"], r["sweep.n_removed"]), 0.0)
                                           - (draw if draw is not None else 0.0)))
     return [flat, tied]

@@ -159,7 +159,7 @@ def _quality_fig(metrics: pd.DataFrame, stacks: list[str], out_dir) -> tuple[str
     legend_outside(axes[0][-1])
     save(fig, out_dir, "quality_vs_removed.png")
     return ("quality_vs_removed.png", "Quality vs % of layers removed per selection rule (random: mean over "
-            "seeds; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Black: Gromov's collapse points"
+            "its selections, every distinct one where a stack has few, else seeded draws; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Black: Gromov's collapse points"
             + _gromov_text() + ".")
 
 
