@@ -156,7 +156,10 @@ def _power_two(iv: dict, thr: float, show=lambda x: x) -> dict:
     pw = power(*args, iv["n"] or 0, "evaluation sentences")
     pw["n_needed"] = _needed(gap, iv["eval_half"], iv["seed_half"], iv["n"]) if iv["n"] else None
     pw["why"] = ("the evaluation tokens' sampling error alone reaches the threshold, so no number of calibration "
-                 "seeds decides it" + ("" if pw["n_needed"] is not None else "; the seeds' spread alone does too"))
+                 "seeds decides it" + ("" if pw["n_needed"] is not None else
+                                       "; the seeds' spread alone does too, so no sample of this model decides it: "
+                                       "only a larger difference would (a model or bit width at which the two "
+                                       "methods' perplexities lie further apart)"))
     return pw
 
 
@@ -169,7 +172,8 @@ def _power_fixed(value, lo, hi, thr, gap: float, fixed: float, shrinking: float,
         return pw
     pw["n_needed"] = _needed(gap, shrinking, fixed, n) if n and shrinking > 0 else None
     if pw["n_needed"] is None:
-        pw["why"] = (f"{fixed_words} alone reaches the threshold: no evaluation size decides it" if n else PREDATES)
+        pw["why"] = (f"{fixed_words} alone reaches the threshold: no evaluation size decides it, only a larger "
+                     "difference than this model shows would" if n else PREDATES)
     return pw
 
 
