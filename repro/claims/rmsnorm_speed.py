@@ -269,6 +269,7 @@ NATIVE_WHY = ("for information: torch's native LayerNorm (F.layer_norm) is a fus
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Op-level sweep (kernel benchmark) and whole-model training-step time with LayerNorm / RMSNorm / ScaleNorm."""
+    timing.flush_subnormals()  # first, before torch starts its threads (repro/bench/timing.py)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(params["device"], "rmsnorm_speed.device")
