@@ -9,10 +9,14 @@ Subnormal floats: a timing claim calls :func:`flush_subnormals` first, so that i
 floats to zero. Without it rmsnorm_speed's model step (4 layers at d 256, Adam, 2 threads) ran ~120-150 ms for about
 65 steps per variant, then ~400-530 ms, drifting back to ~190 ms by round 120 (also with a new random batch every
 step): x86 takes microcode assists on subnormal operands, so those rounds timed the CPU's subnormal handling rather
-than the variants, and the sequential stop needed 120 rounds (~130 s of the run's exclusive slot) where flushed
-rounds stay at ~115 ms. GPUs have no such penalty. The mode belongs to each thread, and a thread inherits it from the
-thread that creates it, so it is set before torch's intra-op pool exists; :func:`flush_subnormals` checks every
-thread of the pool and the load summary records the result.
+than the variants (flushed, the rounds stay flat). GPUs have no such penalty. The mode belongs to each thread, and a
+thread inherits it from the thread that creates it, so it is set before torch's intra-op pool exists;
+:func:`flush_subnormals` checks every thread of the pool and the load summary records the result.
+
+OpenMP's wait: the timing claims hold every core of the idle machine, so they take libgomp's default spin between
+parallel regions (:func:`repro.openmp_default_wait`, called before torch loads) instead of the suite's short spin,
+which put the threads to sleep and woke them around every kernel; the load summary records which wait a process had
+(``openmp_wait``).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from typing import Callable, Mapping
 
 import torch
 
+import repro
 
 _LOAD: list[float] = []  # 1-minute load averages sampled at the start and end of every interleaved timing
 _FLUSH: dict = {"state": None}  # subnormals flushed in every intra-op thread (None: not asked; False: not possible)
@@ -58,13 +63,15 @@ def sample_load() -> None:
 
 def load_summary() -> dict:
     """The load seen during this process's timings: samples, max 1-minute load average, the cores, torch's threads,
-    and ``busy`` = other work kept at least half a core runnable beside this process's own threads."""
-    cpus, threads, flushed = os.cpu_count() or 1, torch.get_num_threads(), _FLUSH["state"]
+    ``busy`` = other work kept at least half a core runnable beside this process's own threads, and the CPU modes the
+    timings ran under (subnormals flushed, OpenMP's wait)."""
+    cpus, threads = os.cpu_count() or 1, torch.get_num_threads()
+    modes = {"subnormals_flushed": _FLUSH["state"], "openmp_wait": repro.openmp_wait()}
     if not _LOAD:
-        return {"samples": 0, "cpus": cpus, "threads": threads, "busy": None, "subnormals_flushed": flushed}
+        return {"samples": 0, "cpus": cpus, "threads": threads, "busy": None, **modes}
     top = max(_LOAD)
     return {"samples": len(_LOAD), "loadavg_1m_max": round(top, 2), "loadavg_1m_min": round(min(_LOAD), 2),
-            "cpus": cpus, "threads": threads, "busy": bool(top > threads + 0.5), "subnormals_flushed": flushed}
+            "cpus": cpus, "threads": threads, "busy": bool(top > threads + 0.5), **modes}
 
 
 def load_note(load: dict) -> str:

@@ -21,11 +21,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import torch
+import repro
+
+repro.openmp_default_wait()  # before torch loads OpenMP: this claim times work alone on the idle machine
+
+import torch  # noqa: E402 (after the OpenMP wait is chosen)
 
 from repro.bench import timing
 from repro.bench.memory import peak_memory
-from repro.bench.timing import flush_subnormals, paired_ratios, summarize, time_interleaved
+from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.config import resolve_device
 from repro.io import atomic_write_json, metric
 from repro.model import BlockConfig, EncoderModel, ModelConfig
@@ -317,7 +321,7 @@ TERMS = {("attention", "sbh"): ("attention {}sbh", "korthikanti_attention_sbh_co
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
     """Saved-activation bytes term by term, memory vs depth and sequence length, and time per policy."""
-    flush_subnormals()  # first, before torch starts its threads (repro/bench/timing.py)
+    timing.flush_subnormals()  # first, before torch starts its threads (repro/bench/timing.py)
     device = resolve_device(params["device"], "activation_checkpointing.device")
     torch.manual_seed(params["seed"])
     log.info("device %s; terms, then memory sweeps, then timing", device)

@@ -154,7 +154,7 @@ class MultiHeadAttention(nn.Module):
         gradient wanted. Checked again (one read of the values) only after head_gate is replaced or changed in place
         (its version counter moves), so an ablation's ``head_gate[h] = 0`` is always honoured."""
         g = self.head_gate
-        if self.gate_module is not None or g.requires_grad or g.is_inference() or torch.compiler.is_compiling():
+        if self.gate_module is not None or g.requires_grad or torch.compiler.is_compiling() or g.is_inference():
             return False
         c = self._gate_check
         if c is None or c[0] is not g or c[1] != g._version:
