@@ -8,11 +8,17 @@ import sys
 # spin (300000), 0.6-0.8 s with OMP_WAIT_POLICY=PASSIVE or this spin count; a training step of the default
 # translation model at 2 threads on the idle machine took 0.93-1.03 s passive (threads sleeping and waking between
 # every pair of kernels) and 0.82-0.85 s with this spin count (0.78-0.82 s spinning freely). Set OMP_WAIT_POLICY or
-# GOMP_SPINCOUNT to override. The timing claims, which run alone on the idle machine, undo it: :func:`openmp_default_wait`.
-_OPENMP = {"suite_spin": "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ,
+# GOMP_SPINCOUNT to override. The timing claims, which run alone on the idle machine, undo it
+# (:func:`openmp_default_wait`).
+# The suite marks its own setting (REPRO_SUITE_SPIN), so a process started by one that imported the suite (every job
+# of the Snakemake workflow, whose Snakefile imports repro) tells the inherited spin from a user's.
+_SUITE_SPIN = "1000"
+_OPENMP = {"suite_spin": "OMP_WAIT_POLICY" not in os.environ and (
+               "GOMP_SPINCOUNT" not in os.environ or
+               os.environ.get("REPRO_SUITE_SPIN") == os.environ["GOMP_SPINCOUNT"] == _SUITE_SPIN),
            "torch_first": "torch" in sys.modules, "default_wait": False}
 if _OPENMP["suite_spin"]:
-    os.environ["GOMP_SPINCOUNT"] = "1000"
+    os.environ["GOMP_SPINCOUNT"] = os.environ["REPRO_SUITE_SPIN"] = _SUITE_SPIN
 
 
 def openmp_default_wait() -> bool:
@@ -25,7 +31,7 @@ def openmp_default_wait() -> bool:
     imported (libgomp reads its variables when torch loads it); a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
     Returns whether the default wait is in effect (:func:`openmp_wait` says which wait the process has)."""
     if _OPENMP["suite_spin"] and not _OPENMP["torch_first"] and "torch" not in sys.modules:
-        os.environ.pop("GOMP_SPINCOUNT", None)
+        os.environ.pop("GOMP_SPINCOUNT", None)  # the marker stays: a child process takes the suite's spin again
         _OPENMP["default_wait"] = True
     return _OPENMP["default_wait"]
 

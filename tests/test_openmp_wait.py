@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 TIMING_CLAIMS = ("rmsnorm_speed", "flash_attention", "activation_checkpointing")
-_CLEAN = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+_CLEAN = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "REPRO_SUITE_SPIN")}
 
 
 def _run(code: str, **env) -> str:
@@ -33,6 +33,17 @@ def _wait_of(module: str, prelude: str = "", **env) -> str:
 @pytest.mark.parametrize("claim", TIMING_CLAIMS)
 def test_timing_claims_take_the_default_wait(claim):
     assert _wait_of(f"repro.claims.{claim}") == "None | default"
+
+
+def test_a_workflow_job_inherits_the_suites_spin_as_the_suites():
+    """Snakemake imports the suite (the Snakefile imports repro), so every job starts with GOMP_SPINCOUNT=1000 in its
+    environment: marked as the suite's, the timing claim still takes the default wait, not a 'user' setting."""
+    code = ("import subprocess, sys, repro; subprocess.run([sys.executable, '-c', \"import os, "
+            "repro.claims.rmsnorm_speed; from repro.bench import timing; "
+            "print(os.environ.get('GOMP_SPINCOUNT'), '|', timing.load_summary()['openmp_wait'])\"], check=True)")
+    assert _run(code) == "None | default"
+    assert _wait_of("repro.claims.rmsnorm_speed", GOMP_SPINCOUNT="1000", REPRO_SUITE_SPIN="1000") == "None | default"
+    assert _wait_of("repro.claims.rmsnorm_speed", GOMP_SPINCOUNT="1000") == "1000 | user: GOMP_SPINCOUNT=1000"
 
 
 def test_other_claims_keep_the_short_spin():
