@@ -83,6 +83,13 @@ def _context_switches(default_wait: bool) -> int:
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no second OpenMP thread to wake")
 def test_libgomp_obeys_it():
     """The mechanism itself: with the suite's spin the worker sleeps and is woken around parallel regions (thousands of
-    voluntary context switches), with the default wait it keeps spinning between them."""
-    short, default = _context_switches(False), _context_switches(True)
-    assert short > 500 and short > 5 * default, (short, default)
+    voluntary context switches), with the default wait it keeps spinning between them. Other load (the tests' other
+    workers) can make the default wait sleep too, so up to three tries: if libgomp ignored the setting, every try
+    would count about the same for both."""
+    tries = []
+    for _ in range(3):
+        short, default = _context_switches(False), _context_switches(True)
+        tries.append((short, default))
+        if short > 500 and short > 5 * default:
+            return
+    raise AssertionError(f"voluntary context switches (short spin, default wait) per try: {tries}")
