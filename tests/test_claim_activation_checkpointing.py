@@ -29,6 +29,10 @@ def test_tiny_run_shapes(tiny):
     assert {"saved_coeff_16bit", "peak_bytes_fwd_bwd", "retained_bytes_after_forward", "time_overhead",
             "loglog_slope_peak_bytes_fwd_bwd"} <= names
     assert all(r["value"] is not None for r in rows)
+    overheads = [r for r in rows if r["metric"] == "time_overhead"]
+    # the median interval is stored with its level; 2 rounds are too few for 95% coverage, so its ends are None
+    level = params["timing"]["confidence"]
+    assert overheads and all(r["sweep"]["ci_level"] == level and r["sweep"]["ci_below"] is None for r in overheads)
 
 
 def test_terms_match_korthikanti_exactly_in_the_formula_setting(tiny):
@@ -157,3 +161,37 @@ def test_judge_null_data_never_reproduces():
 
 def test_judge_tiny_is_not_applicable():
     assert judge(_rows(), PARAMS, "tiny")["verdict"] == "not_applicable"
+
+
+def _with_interval(rows, below, above, level=0.95):
+    """The overhead rows as the measurement now writes them: the median interval's distances (percentage points)."""
+    for r in rows:
+        if r["metric"] in ("time_overhead", "predicted_overhead_one_forward"):
+            r["sweep"] = {**r["sweep"], "ci_below": below, "ci_above": above, "ci_level": level}
+            r["n"] = 116
+    return rows
+
+
+def _selective(v):
+    return [c for c in v["checks"] if c["name"].startswith("selective recomputation is much")][0]
+
+
+def test_timing_checks_decide_by_the_stored_median_interval():
+    """Issue 37, item 2: the reference of 66ff298 left 'selective much cheaper than full' undecided by median +- IQR/2
+    (+18.3 +- 4.4 against 0.5 x 44.3); the stored interval of the median decides such rows, the IQR alone does not."""
+    old = judge(_rows(over_full=44.3, over_sel=18.3, iqr=8.8), PARAMS, "default")
+    assert _selective(old)["passed"] is None and "IQR/2" in _selective(old)["interval"]
+    new = judge(_with_interval(_rows(over_full=44.3, over_sel=18.3, iqr=8.8), 0.9, 0.9), PARAMS, "default")
+    assert _selective(new)["passed"] is True and "order-statistic" in _selective(new)["interval"]
+    assert "n=116" in _selective(new)["interval"]
+
+
+def test_median_interval_controls():
+    """Reversed (selective costs more than half of full) fails; a tie at the threshold, or rounds too few for any
+    interval (ci None), decides nothing."""
+    reversed_ = judge(_with_interval(_rows(over_full=40.0, over_sel=30.0), 0.5, 0.5), PARAMS, "default")
+    assert _selective(reversed_)["passed"] is False
+    tie = judge(_with_interval(_rows(over_full=40.0, over_sel=20.0), 0.5, 0.5), PARAMS, "default")
+    assert _selective(tie)["passed"] is None
+    few = judge(_with_interval(_rows(over_full=40.0, over_sel=5.0), None, None), PARAMS, "default")
+    assert _selective(few)["passed"] is None and "too few rounds" in _selective(few)["interval"]

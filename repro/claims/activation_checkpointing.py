@@ -295,17 +295,18 @@ def measure_time(p: dict, device) -> list[dict]:
         s = summarize(sm)
         rows.append(metric(CLAIM, "time_fwd_bwd" if name != "forward_only" else "time_forward", s["median"], "s",
                            spread=s["iqr"], n=s["n"], policy=name, **common))
-    pred = paired_ratios(samples, "forward_only", "none")
+    conf = tm["confidence"]
+    pred = paired_ratios(samples, "forward_only", "none", confidence=conf)
     rows.append(metric(CLAIM, "predicted_overhead_one_forward", 100 * pred["median"], "percent", spread=100 * pred["iqr"],
-                       n=pred["n"], kind="ratio_time", published_key="chen_extra_time", **common))
+                       n=pred["n"], kind="ratio_time", published_key="chen_extra_time", **_ci(pred, conf), **common))
     keys = {"full": "korthikanti_full_recompute_overhead", "selective": "korthikanti_selective_overhead"}
     for pol in stacks:
         if pol == "none":
             continue
-        r = paired_ratios(samples, pol, "none")
+        r = paired_ratios(samples, pol, "none", confidence=conf)
         rows.append(metric(CLAIM, "time_overhead", 100 * (r["median"] - 1), "percent", spread=100 * r["iqr"], n=r["n"],
                            kind="ratio_time",
-                           published_key=keys.get(pol), policy=pol, **common))
+                           published_key=keys.get(pol), policy=pol, **_ci(r, conf), **common))
         log.info("time overhead %s: %+.1f%% (IQR %.1f%%, n=%d); one extra forward predicts %+.1f%%", pol,
                  100 * (r["median"] - 1), 100 * r["iqr"], r["n"], 100 * pred["median"])
     return rows
@@ -317,6 +318,16 @@ TERMS = {("attention", "sbh"): ("attention {}sbh", "korthikanti_attention_sbh_co
          ("norms", "sbh"): ("norms {}sbh", "korthikanti_norm_sbh_coeff"),
          ("total", "sbh"): ("total {}sbh", "korthikanti_total_sbh_coeff"),
          ("total", "score"): ("scores {}as^2b", "korthikanti_score_coeff")}
+
+
+def _ci(r: dict, confidence: float) -> dict:
+    """The row fields of a paired ratio's median interval (repro.io: ``ci_below`` / ``ci_above``, its distances below
+    and above the median, here in percentage points; None when the rounds are too few for that coverage) and its
+    level."""
+    if r.get("ci_lo") is None:
+        return {"ci_below": None, "ci_above": None, "ci_level": confidence}
+    return {"ci_below": 100 * (r["median"] - r["ci_lo"]), "ci_above": 100 * (r["ci_hi"] - r["median"]),
+            "ci_level": confidence}
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:

@@ -51,7 +51,7 @@ import torch  # noqa: E402 (after the OpenMP wait is chosen)
 import torch.nn.functional as F
 
 from repro.bench import kernels, timing
-from repro.bench.timing import summarize, time_once
+from repro.bench.timing import median_interval, summarize, time_once
 from repro.config import resolve_device
 from repro.io import metric
 from repro.model import BlockConfig, DecoderLM, ModelConfig
@@ -65,22 +65,6 @@ SAME_WAY_IMPLS = ("manual", "triton")  # model norm_impl values with both norms 
 
 
 # ----------------------------------------------------------------------------------------------- the statistic
-def median_interval(values, confidence: float) -> tuple[float, float, float]:
-    """(lo, hi, coverage): the distribution-free confidence interval of the median of ``values`` from order
-    statistics: [x_(k), x_(n-k+1)] with the largest k whose coverage 1 - 2 P(B <= k-1), B ~ Binomial(n, 1/2), is at
-    least ``confidence``. Too few values for that coverage: (-inf, inf, 1.0). The binomial tail is summed exactly in
-    integers (no scipy: the GPU image the speed claims run on has none)."""
-    x = sorted(float(v) for v in values)
-    n, alpha = len(x), 1 - confidence
-    total, tail, k = 2 ** n, 0, 0  # tail = 2^n P(B <= k-1)
-    while k < n and 2 * (tail + math.comb(n, k)) <= alpha * total:  # rank k+1 still keeps the coverage
-        tail += math.comb(n, k)
-        k += 1
-    if k < 1:
-        return -math.inf, math.inf, 1.0
-    return x[k - 1], x[n - k], 1 - 2 * tail / total
-
-
 def look_schedule(reps: int, max_rounds: int, first: int | None = None) -> list[int]:
     """The round counts at which the sequential stop looks: ``first`` (default ``reps``), doubling, capped at
     ``max_rounds`` (always the last look). Its length with ``first=reps`` bounds the number of looks (K)."""

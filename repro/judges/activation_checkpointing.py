@@ -16,8 +16,9 @@ from repro.claims.activation_checkpointing import CLAIM, FORMULA, TERMS
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     """HEADLINE: the saved-activation bytes per layer match Korthikanti's Eq. 1 term by term (34sbh + 5as^2b) and
     full recomputation keeps 2sbh; sqrt(n) checkpointing gives peak memory ~ n^0.5 (Chen). These are exact byte
-    counts, the same on any device. Secondary: the time overheads, decided by the IQR interval of the paired
-    per-round ratios (a spread that straddles the tolerance band leaves the check undecided, naming the load)."""
+    counts, the same on any device. Secondary: the time overheads, decided by the order-statistic interval of the
+    median paired per-round ratio (a spread that straddles the tolerance band leaves the check undecided, naming the
+    load; rows measured before it carry only the IQR, and median +- IQR/2 decides them, as the page says)."""
     R, tol, load = Rows(rows), thresholds, context.get("load") or {}
     params, scale = context["params"], context["scale"]
     checks = [*_term_checks(R, tol), *_recompute_checks(R, tol), *_sdpa_checks(R), *_slope_checks(R, tol),
@@ -106,34 +107,54 @@ def _slope_checks(R: Rows, tol: dict) -> list[dict]:
     return checks
 
 
+def _interval(row: dict) -> tuple[float, float, str]:
+    """A time overhead's interval: the order-statistic interval of the median paired ratio the measurement stored
+    (``ci_below`` / ``ci_above``, since the rows carry it), else, for rows measured before, median +- IQR/2, which
+    does not narrow with more rounds. (lo, hi, what the interval is)."""
+    v, sw = row["value"], row["sweep"]
+    below, above = sw.get("ci_below"), sw.get("ci_above")
+    if "ci_below" in sw:
+        if below is None or above is None:
+            return -float("inf"), float("inf"), "too few rounds for an interval of the median"
+        level = sw.get("ci_level")
+        what = f"{100 * level:g}% " if level else ""
+        n = int(row["n"]) if row.get("n") else "?"
+        return v - below, v + above, f"{what}order-statistic interval of the median paired ratio (n={n})"
+    half = (row.get("spread") or 0.0) / 2
+    return v - half, v + half, "median +- IQR/2 of paired per-round ratios (rows measured before the median interval)"
+
+
 def _overhead_checks(R: Rows, tol: dict, busy: str | None) -> list[dict]:
-    """Time: full recomputation costs about one extra forward; selective much less than full (IQR intervals)."""
-    overheads = R.metric("time_overhead")
-    over = {r["sweep"]["policy"]: r["value"] for r in overheads}
-    iqr = {r["sweep"]["policy"]: r.get("spread") or 0.0 for r in overheads}
+    """Time: full recomputation costs about one extra forward; selective much less than full, each decided by the
+    interval of its median paired ratio (:func:`_interval`)."""
+    rows = {r["sweep"]["policy"]: r for r in R.metric("time_overhead")}
     pred = R.metric("predicted_overhead_one_forward").value()
-    why = "the IQR interval straddles the tolerance" + (f"; {busy}" if busy else "")
+    why = "the interval straddles the tolerance" + (f"; {busy}" if busy else "")
+    fmt = lambda lo, hi: f"[{lo:+.1f}, {hi:+.1f}]"  # noqa: E731
     checks = []
-    if "full" in over and pred is not None:
-        f, fi = over["full"], iqr.get("full", 0.0)
+    if "full" in rows and pred is not None:
+        f = rows["full"]["value"]
+        flo, fhi, what = _interval(rows["full"])
         band = (pred - tol["overhead_abs_pct"], pred + tol["overhead_abs_pct"])
         checks.append(check("full recomputation costs about one extra forward",
-                            decide_within(f - fi / 2, f + fi / 2, *band),
-                            f"+{f:.1f}% (IQR {fi:.1f} points; one forward = +{pred:.1f}%)",
+                            decide_within(flo, fhi, *band),
+                            f"+{f:.1f}% {fmt(flo, fhi)} (one forward = +{pred:.1f}%)",
                             f"one extra forward (Chen: ~{_paper('chen_extra_time'):g}%; Korthikanti 22B: "
                             f"+{_paper('korthikanti_full_recompute_overhead'):g}%), +-{tol['overhead_abs_pct']} points",
-                            interval="median +- IQR/2 of paired per-round ratios", undecided_because=why,
-                            thresholds=uses(tol, "overhead_abs_pct")))
-    if "full" in over and "selective" in over:
-        sel, si, f, fi = over["selective"], iqr.get("selective", 0.0), over["full"], iqr.get("full", 0.0)
+                            interval=what, undecided_because=why, thresholds=uses(tol, "overhead_abs_pct")))
+    if "full" in rows and "selective" in rows:
+        sel, f = rows["selective"]["value"], rows["full"]["value"]
+        slo, shi, what = _interval(rows["selective"])
+        flo, fhi, _ = _interval(rows["full"])
         frac = tol["selective_fraction_of_full"]
-        ok = (True if sel + si / 2 < frac * (f - fi / 2) else False if sel - si / 2 > frac * (f + fi / 2) else None)
+        ok = True if shi < frac * flo else False if slo > frac * fhi else None
         checks.append(check("selective recomputation is much cheaper than full", ok,
-                            f"selective +{sel:.1f}% (IQR {si:.1f}) vs full +{f:.1f}% (IQR {fi:.1f})",
+                            f"selective +{sel:.1f}% {fmt(slo, shi)} vs full +{f:.1f}% {fmt(flo, fhi)}",
                             f"selective < {frac} x full (Korthikanti: +{_paper('korthikanti_selective_overhead'):g}% vs "
-                            f"+{_paper('korthikanti_full_recompute_overhead'):g}%)",
-                            interval="median +- IQR/2 of paired per-round ratios", undecided_because=why,
-                            thresholds=uses(tol, "selective_fraction_of_full")))
+                            f"+{_paper('korthikanti_full_recompute_overhead'):g}%); decided when the intervals "
+                            f"separate: selective's upper end below {frac} x full's lower end, or its lower end above "
+                            f"{frac} x full's upper end",
+                            interval=what, undecided_because=why, thresholds=uses(tol, "selective_fraction_of_full")))
     return checks
 
 
