@@ -254,6 +254,38 @@ def decide_within(lo: float, hi: float, target_lo: float, target_hi: float) -> b
     return None
 
 
+NOTCH = 1.58  # McGill, Tukey & Larsen 1978: median +- 1.58 IQR / sqrt(n), about a 95% interval of the median
+
+
+def ratio_interval(r: dict) -> tuple[float, float, str]:
+    """(lo, hi, how) of a paired timing-ratio row (rmsnorm_speed's step ratios, activation_checkpointing's overheads,
+    flash_attention's speed-ups): the order-statistic interval of the median paired ratio the measurement recorded
+    (``ci_below`` / ``ci_above``: its distances below and above the median, in the row's unit, at level
+    ``confidence``; None: too few rounds for one; repro.bench.timing.ci_fields), else, for rows measured before it,
+    McGill's notch from the IQR; no n: no interval."""
+    med, sw, n = float(r["value"]), r["sweep"], int(r.get("n") or 0)
+    if "ci_below" in sw or "ci_above" in sw:
+        below, above = sw.get("ci_below"), sw.get("ci_above")
+        level, looks, planned = sw.get("confidence"), sw.get("looks"), sw.get("planned_looks")
+        how = (f"distribution-free {'' if level is None else f'{100 * level:.4g}% '}interval of the median of {n} "
+               "paired per-round ratios (order statistics"
+               + (f"; Bonferroni over at most {planned} looks of the sequential stop, {looks} taken, stop: "
+                  f"{sw.get('stop')})" if planned else ")"))
+        if _missing(below) or _missing(above):
+            return -math.inf, math.inf, how + ": too few rounds for an interval at this level"
+        return med - float(below), med + float(above), how
+    if not n or _missing(r.get("spread")):
+        return -math.inf, math.inf, "no interval: the row records neither an interval nor n rounds"
+    half = NOTCH * float(r["spread"]) / math.sqrt(float(n))
+    return med - half, med + half, (f"about 95% interval of the median of {int(n)} paired per-round ratios from their "
+                                    "IQR (McGill's notch: median +- 1.58 IQR / sqrt(n)); measured before the "
+                                    "order-statistic interval")
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
 # ----------------------------------------------------------------------------------------------- declared checks
 RULES = ("above", "below", "within", "equivalent")
 STATISTICS = ("t_interval", "mean_over_rows", "interval_columns")

@@ -32,7 +32,7 @@ def test_tiny_run_shapes(tiny):
     overheads = [r for r in rows if r["metric"] == "time_overhead"]
     # the median interval is stored with its level; 2 rounds are too few for 95% coverage, so its ends are None
     level = params["timing"]["confidence"]
-    assert overheads and all(r["sweep"]["ci_level"] == level and r["sweep"]["ci_below"] is None for r in overheads)
+    assert overheads and all(r["sweep"]["confidence"] == level and r["sweep"]["ci_below"] is None for r in overheads)
 
 
 def test_terms_match_korthikanti_exactly_in_the_formula_setting(tiny):
@@ -90,7 +90,9 @@ def test_loglog_slope():
 
 
 def _rows(total=34.06, score=5.0, full=2.0, sel=34.06, sdpa_score=None, slope_sqrt=0.5, slope_none=1.0,
-          over_full=33.0, over_sel=5.0, pred=30.0, iqr=2.0):
+          over_full=33.0, over_sel=5.0, pred=30.0, iqr=2.0, n=12):
+    """Rows as the measurement writes them; the time overheads carry their median interval (here +- iqr/2) over n
+    rounds (``n`` None: an old row without the interval and without n)."""
     def coef(value, section, kind, policy="none", backend="math"):
         return {"metric": "saved_coeff_16bit", "value": value, "sweep": dict(
             backend=backend, dtype="float32", dropout=0.1, policy=policy, section=section, kind=kind)}
@@ -101,7 +103,8 @@ def _rows(total=34.06, score=5.0, full=2.0, sel=34.06, sdpa_score=None, slope_sq
         rows.append(coef(sdpa_score, "total", "score", backend="sdpa"))
     rows += [{"metric": "loglog_slope_peak_bytes_fwd_bwd", "value": v, "sweep": {"axis": "depth", "policy": p}}
              for p, v in (("sqrt", slope_sqrt), ("none", slope_none))]
-    rows += [{"metric": "time_overhead", "value": v, "spread": iqr, "sweep": {"policy": p}}
+    ci = {} if n is None else {"ci_below": iqr / 2, "ci_above": iqr / 2, "confidence": 0.95}
+    rows += [{"metric": "time_overhead", "value": v, "spread": iqr, "n": n, "sweep": {"policy": p, **ci}}
              for p, v in (("full", over_full), ("selective", over_sel))]
     rows.append({"metric": "predicted_overhead_one_forward", "value": pred, "sweep": {}})
     return rows
@@ -167,7 +170,7 @@ def _with_interval(rows, below, above, level=0.95):
     """The overhead rows as the measurement now writes them: the median interval's distances (percentage points)."""
     for r in rows:
         if r["metric"] in ("time_overhead", "predicted_overhead_one_forward"):
-            r["sweep"] = {**r["sweep"], "ci_below": below, "ci_above": above, "ci_level": level}
+            r["sweep"] = {**r["sweep"], "ci_below": below, "ci_above": above, "confidence": level}
             r["n"] = 116
     return rows
 
@@ -179,11 +182,24 @@ def _selective(v):
 def test_timing_checks_decide_by_the_stored_median_interval():
     """Issue 37, item 2: the reference of 66ff298 left 'selective much cheaper than full' undecided by median +- IQR/2
     (+18.3 +- 4.4 against 0.5 x 44.3); the stored interval of the median decides such rows, the IQR alone does not."""
-    old = judge(_rows(over_full=44.3, over_sel=18.3, iqr=8.8), PARAMS, "default")
-    assert _selective(old)["passed"] is None and "IQR/2" in _selective(old)["interval"]
+    wide = judge(_rows(over_full=44.3, over_sel=18.3, iqr=8.8), PARAMS, "default")  # the stored ends at +- IQR/2
+    assert _selective(wide)["passed"] is None
     new = judge(_with_interval(_rows(over_full=44.3, over_sel=18.3, iqr=8.8), 0.9, 0.9), PARAMS, "default")
-    assert _selective(new)["passed"] is True and "order-statistic" in _selective(new)["interval"]
-    assert "n=116" in _selective(new)["interval"]
+    assert _selective(new)["passed"] is True and "order statistics" in _selective(new)["interval"]
+    assert "median of 116" in _selective(new)["interval"] and "95%" in _selective(new)["interval"]
+
+
+def test_rows_measured_before_the_interval():
+    """Old rows (no stored interval) are judged by McGill's notch over their n rounds, and the page says so: at 116
+    rounds +- 1.58 x 8.8 / sqrt(116) = 1.3 points decides what +- IQR/2 did not; with no n there is no interval."""
+    old = judge(_rows(over_full=44.3, over_sel=18.3, iqr=8.8, n=None), PARAMS, "default")
+    assert _selective(old)["passed"] is None and "no interval" in _selective(old)["interval"]
+    rows = _rows(over_full=44.3, over_sel=18.3, iqr=8.8, n=None)
+    for r in rows:
+        if r["metric"] == "time_overhead":
+            r["n"] = 116
+    notch = _selective(judge(rows, PARAMS, "default"))
+    assert notch["passed"] is True and "McGill" in notch["interval"]
 
 
 def test_median_interval_controls():

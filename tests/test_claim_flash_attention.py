@@ -53,14 +53,15 @@ def judge(rows, params=P, scale="default", device=None, load=None, thresholds=T)
 
 
 def _rows(math_exp=(1.95, 1.9), sdpa_exp=(1.0, 1.02), ratios=((512, 3.0), (1024, 5.5)), step=(1.4, 0.1),
-          fig2=(2.5, 0.2)):
+          fig2=(2.5, 0.2), n=10):
     rows = [{"metric": "memory_exponent_in_n", "value": v, "sweep": {"provider": p, "pass": "fwd_bwd", "causal": c}}
             for p, vals in (("math", math_exp), ("sdpa", sdpa_exp)) for v, c in zip(vals, (False, True))]
     rows += [{"metric": "table21_memory_ratio_math_over_fused", "value": v, "sweep": {"backend": "sdpa", "seq_len": n}}
              for n, v in ratios]
-    rows.append({"metric": "train_step_speedup_over_math", "value": step[0], "spread": step[1],
-                 "sweep": {"backend": "sdpa"}})
-    rows.append({"metric": "fig2_speedup_over_math", "value": fig2[0], "spread": fig2[1], "sweep": {"backend": "sdpa"}})
+    for name, (med, width) in (("train_step_speedup_over_math", step), ("fig2_speedup_over_math", fig2)):
+        # as the measurement writes a speed-up: its median interval (here +- width/2) over n rounds
+        ci = {} if n is None else {"ci_below": width / 2, "ci_above": width / 2, "confidence": 0.95}
+        rows.append({"metric": name, "value": med, "spread": width, "n": n, "sweep": {"backend": "sdpa", **ci}})
     return rows
 
 
@@ -183,3 +184,38 @@ def test_judge_thresholds_come_from_the_judge_section():
     assert frac and all(c["thresholds"] == {"speed_fraction_of_paper": 0.9} for c in frac)
     assert judge(_rows(**GOOD), device="cuda", thresholds=config.thresholds(CLAIM, "default"))["verdict"] == \
         "reproduced"
+
+
+def test_speed_decided_by_the_stored_median_interval_on_gpu_rows():
+    """Issue 37, items 2 and 6: on GPU-labelled rows the speed checks decide by the stored order-statistic interval
+    of the median paired ratio; null (1.0x), reversed and tie controls on the same GPU rows."""
+    rows = _with_hardware(_rows(**GOOD), GPU)
+    head = _headline(judge(rows, P, "default"))
+    assert head["passed"] is True and "order statistics" in head["interval"] and "median of 10" in head["interval"]
+    assert head["numbers"]["lo"] == pytest.approx(3.9) and head["numbers"]["hi"] == pytest.approx(4.1)
+    null = judge(_with_hardware(_rows(**{**GOOD, "fig2": (1.0, 0.1)}), GPU), P, "default")
+    assert _headline(null)["passed"] is None and null["verdict"] == "inconclusive"
+    reversed_ = judge(_with_hardware(_rows(**{**GOOD, "fig2": (0.8, 0.1)}), GPU), P, "default")
+    assert _headline(reversed_)["passed"] is False and reversed_["verdict"] == "not_reproduced"
+    tie = judge(_with_hardware(_rows(**{**GOOD, "fig2": (1.5, 1.0)}), GPU), P, "default")  # 1.0..2.0x touches 1
+    assert _headline(tie)["passed"] is None
+
+
+def test_speed_rows_without_an_interval():
+    """Too few rounds for the interval (stored None) decide nothing, and the numbers carry no ends; rows measured
+    before the interval fall back to McGill's notch over n, and with no n there is no interval at all."""
+    few = _rows(**GOOD)
+    for r in few:
+        if r["metric"].endswith("_speedup_over_math"):
+            r["sweep"].update(ci_below=None, ci_above=None)
+    head = _headline(judge(few, P, "default", device="cuda"))
+    assert head["passed"] is None and "too few rounds" in head["interval"]
+    assert head["numbers"]["lo"] is None and head["numbers"]["hi"] is None
+    old = _headline(judge(_rows(**GOOD, n=None), P, "default", device="cuda"))
+    assert old["passed"] is None and "no interval" in old["interval"]
+    notch = _rows(**GOOD, n=None)
+    for r in notch:
+        if r["metric"].endswith("_speedup_over_math"):
+            r["n"] = 20
+    head = _headline(judge(notch, P, "default", device="cuda"))
+    assert head["passed"] is True and "McGill" in head["interval"]

@@ -173,3 +173,14 @@ def paired_ratios(samples: Mapping[str, list[float]], numerator: str, denominato
         finite = math.isfinite(lo) and math.isfinite(hi)
         out.update(ci_lo=lo if finite else None, ci_hi=hi if finite else None, coverage=cov)
     return out
+
+
+def ci_fields(r: dict, confidence: float, scale: float = 1.0) -> dict:
+    """The row fields of a :func:`paired_ratios` summary's median interval, as the judges read them
+    (repro.verdicts.ratio_interval): ``ci_below`` / ``ci_above``, its distances below and above the median times
+    ``scale`` (100 for a ratio written as percent), None when the rounds are too few for that coverage, and its level
+    ``confidence``."""
+    if r.get("ci_lo") is None:
+        return {"ci_below": None, "ci_above": None, "confidence": confidence}
+    return {"ci_below": scale * (r["median"] - r["ci_lo"]), "ci_above": scale * (r["ci_hi"] - r["median"]),
+            "confidence": confidence}

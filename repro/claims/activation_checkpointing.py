@@ -298,7 +298,8 @@ def measure_time(p: dict, device) -> list[dict]:
     conf = tm["confidence"]
     pred = paired_ratios(samples, "forward_only", "none", confidence=conf)
     rows.append(metric(CLAIM, "predicted_overhead_one_forward", 100 * pred["median"], "percent", spread=100 * pred["iqr"],
-                       n=pred["n"], kind="ratio_time", published_key="chen_extra_time", **_ci(pred, conf), **common))
+                       n=pred["n"], kind="ratio_time", published_key="chen_extra_time",
+                       **timing.ci_fields(pred, conf, 100), **common))
     keys = {"full": "korthikanti_full_recompute_overhead", "selective": "korthikanti_selective_overhead"}
     for pol in stacks:
         if pol == "none":
@@ -306,7 +307,7 @@ def measure_time(p: dict, device) -> list[dict]:
         r = paired_ratios(samples, pol, "none", confidence=conf)
         rows.append(metric(CLAIM, "time_overhead", 100 * (r["median"] - 1), "percent", spread=100 * r["iqr"], n=r["n"],
                            kind="ratio_time",
-                           published_key=keys.get(pol), policy=pol, **_ci(r, conf), **common))
+                           published_key=keys.get(pol), policy=pol, **timing.ci_fields(r, conf, 100), **common))
         log.info("time overhead %s: %+.1f%% (IQR %.1f%%, n=%d); one extra forward predicts %+.1f%%", pol,
                  100 * (r["median"] - 1), 100 * r["iqr"], r["n"], 100 * pred["median"])
     return rows
@@ -318,16 +319,6 @@ TERMS = {("attention", "sbh"): ("attention {}sbh", "korthikanti_attention_sbh_co
          ("norms", "sbh"): ("norms {}sbh", "korthikanti_norm_sbh_coeff"),
          ("total", "sbh"): ("total {}sbh", "korthikanti_total_sbh_coeff"),
          ("total", "score"): ("scores {}as^2b", "korthikanti_score_coeff")}
-
-
-def _ci(r: dict, confidence: float) -> dict:
-    """The row fields of a paired ratio's median interval (repro.io: ``ci_below`` / ``ci_above``, its distances below
-    and above the median, here in percentage points; None when the rounds are too few for that coverage) and its
-    level."""
-    if r.get("ci_lo") is None:
-        return {"ci_below": None, "ci_above": None, "ci_level": confidence}
-    return {"ci_below": 100 * (r["median"] - r["ci_lo"]), "ci_above": 100 * (r["ci_hi"] - r["median"]),
-            "ci_level": confidence}
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:

@@ -164,9 +164,9 @@ def fig2(p: dict, device) -> list[dict]:
         log.info("fig2 shape %s: %.2f ms fwd+bwd", backend, 1e3 * s["median"])
     for fused in ("sdpa", "triton"):
         if "math" in samples and fused in samples:
-            r = paired_ratios(samples, "math", fused)
+            r = paired_ratios(samples, "math", fused, confidence=f["confidence"])
             rows.append(metric(CLAIM, "fig2_speedup_over_math", r["median"], "x", spread=r["iqr"], n=r["n"],
-                               kind="ratio_time", backend=fused, **common))
+                               kind="ratio_time", backend=fused, **timing.ci_fields(r, f["confidence"]), **common))
     rows.append(metric(CLAIM, "fig2_hbm_traffic", None, "GB", backend="all", status="not_measured",
                        reason="HBM traffic needs a hardware counter profiler (Nsight Compute); not collected",
                        **common))
@@ -215,9 +215,9 @@ def end_to_end(p: dict, device) -> list[dict]:
         log.info("train step %s: %.1f ms (IQR %.1f)", backend, 1e3 * s["median"], 1e3 * s["iqr"])
     for fused in ("sdpa", "triton"):
         if "math" in samples and fused in samples:
-            r = paired_ratios(samples, "math", fused)
+            r = paired_ratios(samples, "math", fused, confidence=m["confidence"])
             rows.append(metric(CLAIM, "train_step_speedup_over_math", r["median"], "x", spread=r["iqr"], n=r["n"],
-                               kind="ratio_time", backend=fused, **common))
+                               kind="ratio_time", backend=fused, **timing.ci_fields(r, m["confidence"]), **common))
             log.info("train step speed-up of %s over math: %.2fx", fused, r["median"])
     return rows
 

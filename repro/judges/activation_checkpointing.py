@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from repro import registry
 from repro.bench import timing
-from repro.verdicts import (Rows, both, check, decide_point, decide_within, numbers, setup_table, uses,
-                            verdict_from_checks)
+from repro.verdicts import (Rows, both, check, decide_point, decide_within, numbers, ratio_interval, setup_table,
+                            uses, verdict_from_checks)
 from repro.claims.activation_checkpointing import CLAIM, FORMULA, TERMS
 
 
@@ -17,8 +17,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     """HEADLINE: the saved-activation bytes per layer match Korthikanti's Eq. 1 term by term (34sbh + 5as^2b) and
     full recomputation keeps 2sbh; sqrt(n) checkpointing gives peak memory ~ n^0.5 (Chen). These are exact byte
     counts, the same on any device. Secondary: the time overheads, decided by the order-statistic interval of the
-    median paired per-round ratio (a spread that straddles the tolerance band leaves the check undecided, naming the
-    load; rows measured before it carry only the IQR, and median +- IQR/2 decides them, as the page says)."""
+    median paired per-round ratio (an interval that straddles the tolerance band leaves the check undecided, naming the
+    load; rows measured before it carry only the IQR and n, and McGill's notch decides them, as the page says)."""
     R, tol, load = Rows(rows), thresholds, context.get("load") or {}
     params, scale = context["params"], context["scale"]
     checks = [*_term_checks(R, tol), *_recompute_checks(R, tol), *_sdpa_checks(R), *_slope_checks(R, tol),
@@ -107,26 +107,9 @@ def _slope_checks(R: Rows, tol: dict) -> list[dict]:
     return checks
 
 
-def _interval(row: dict) -> tuple[float, float, str]:
-    """A time overhead's interval: the order-statistic interval of the median paired ratio the measurement stored
-    (``ci_below`` / ``ci_above``, since the rows carry it), else, for rows measured before, median +- IQR/2, which
-    does not narrow with more rounds. (lo, hi, what the interval is)."""
-    v, sw = row["value"], row["sweep"]
-    below, above = sw.get("ci_below"), sw.get("ci_above")
-    if "ci_below" in sw:
-        if below is None or above is None:
-            return -float("inf"), float("inf"), "too few rounds for an interval of the median"
-        level = sw.get("ci_level")
-        what = f"{100 * level:g}% " if level else ""
-        n = int(row["n"]) if row.get("n") else "?"
-        return v - below, v + above, f"{what}order-statistic interval of the median paired ratio (n={n})"
-    half = (row.get("spread") or 0.0) / 2
-    return v - half, v + half, "median +- IQR/2 of paired per-round ratios (rows measured before the median interval)"
-
-
 def _overhead_checks(R: Rows, tol: dict, busy: str | None) -> list[dict]:
     """Time: full recomputation costs about one extra forward; selective much less than full, each decided by the
-    interval of its median paired ratio (:func:`_interval`)."""
+    interval of its median paired ratio (repro.verdicts.ratio_interval)."""
     rows = {r["sweep"]["policy"]: r for r in R.metric("time_overhead")}
     pred = R.metric("predicted_overhead_one_forward").value()
     why = "the interval straddles the tolerance" + (f"; {busy}" if busy else "")
@@ -134,7 +117,7 @@ def _overhead_checks(R: Rows, tol: dict, busy: str | None) -> list[dict]:
     checks = []
     if "full" in rows and pred is not None:
         f = rows["full"]["value"]
-        flo, fhi, what = _interval(rows["full"])
+        flo, fhi, what = ratio_interval(rows["full"])
         band = (pred - tol["overhead_abs_pct"], pred + tol["overhead_abs_pct"])
         checks.append(check("full recomputation costs about one extra forward",
                             decide_within(flo, fhi, *band),
@@ -144,8 +127,8 @@ def _overhead_checks(R: Rows, tol: dict, busy: str | None) -> list[dict]:
                             interval=what, undecided_because=why, thresholds=uses(tol, "overhead_abs_pct")))
     if "full" in rows and "selective" in rows:
         sel, f = rows["selective"]["value"], rows["full"]["value"]
-        slo, shi, what = _interval(rows["selective"])
-        flo, fhi, _ = _interval(rows["full"])
+        slo, shi, what = ratio_interval(rows["selective"])
+        flo, fhi, _ = ratio_interval(rows["full"])
         frac = tol["selective_fraction_of_full"]
         ok = True if shi < frac * flo else False if slo > frac * fhi else None
         checks.append(check("selective recomputation is much cheaper than full", ok,

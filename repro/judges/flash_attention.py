@@ -7,11 +7,13 @@ judge: section of config/claims/flash_attention.yaml; the paper's numbers come f
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from repro import registry
 from repro.bench import kernels, timing
-from repro.verdicts import Rows, both, check, decide_interval, numbers, setup_table, uses, verdict_from_checks
+from repro.verdicts import Rows, both, check, decide_interval, numbers, ratio_interval, setup_table, uses, verdict_from_checks
 from repro.claims.flash_attention import CLAIM, CPU_WHY as _CPU_WHY, SPEED_NAMES
 
 
@@ -23,8 +25,9 @@ CPU_WHY = ("a GPU run decides it (snakemake claim_flash_attention --config scale
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     """HEADLINE: the paper's titular claim, speed: the fused kernel (SDPA, and the suite's Triton FlashAttention where
     it runs) computes GPT-2-medium attention fwd+bwd (Fig 2's shape) faster than standard attention. Decided on a
-    GPU only, by the IQR interval of the paired per-round ratios (median +- IQR/2): holds when the whole interval is
-    above 1 (strictly), fails when it is at or below 1. On a CPU it is reported for information and undecided: the
+    GPU only, by the interval of the median paired per-round ratio (repro.verdicts.ratio_interval: the order-statistic
+    interval the measurement stored; McGill's notch for rows measured before it): holds when the whole interval is
+    above 1 (strictly), fails when it is wholly below 1, and a tie decides nothing. On a CPU it is reported for information and undecided: the
     paper's speed-up comes from an IO-aware GPU kernel on A100s (SRAM tiling vs HBM traffic), and SDPA on a CPU is
     not the FlashAttention kernel. The device: ``context["device"]``, the one the measurement recorded; for an old
     measurement that did not record it, the rows' own evidence (a backend skipped as CPU-only Triton interpreter, or
@@ -116,7 +119,7 @@ def _speed_checks(R: Rows, tol: dict, device: str, load: dict) -> list[dict]:
     on_gpu = device.startswith("cuda")
     frac = tol["speed_fraction_of_paper"]
     busy = timing.load_note(load)
-    gpu_why = "the IQR interval straddles or touches the threshold" + (f"; {busy}" if busy else "")
+    gpu_why = "the interval straddles or touches the threshold" + (f"; {busy}" if busy else "")
     kt = registry.published(CLAIM, "kernel_time")["value"]
     e2e = registry.published(CLAIM, "gpt2_medium_speedup_vs_hf")["value"]
     paper_speed = {  # metric -> (the paper's speed-up, its text, headline)
@@ -125,17 +128,18 @@ def _speed_checks(R: Rows, tol: dict, device: str, load: dict) -> list[dict]:
                                          False)}
     checks = []
     for r in R.metric(*paper_speed).measured():
-        med, iqr = r["value"], r["spread"] if r["spread"] is not None else float("nan")
+        med = r["value"]
         target, text, headline = paper_speed[r["metric"]]
-        lo_r, hi_r = med - iqr / 2, med + iqr / 2
+        lo_r, hi_r, interval = ratio_interval(r)
+        finite = math.isfinite(lo_r) and math.isfinite(hi_r)
         fused, need = r["sweep"]["backend"], frac * target
         name = SPEED_NAMES[r["metric"]].format(fused)
-        measured = f"{med:.2f}x (IQR {iqr:.2f}; interval {lo_r:.2f}..{hi_r:.2f}x) on device {device}"
-        interval = "median +- IQR/2 of paired per-round ratios"
+        measured = f"{med:.2f}x (interval {lo_r:.2f}..{hi_r:.2f}x) on device {device}"
         checks.append(check(name, decide_interval(lo_r, hi_r, above=1.0) if on_gpu else None, measured,
                             f"> 1x (paper: {text})", headline=headline,
                             interval=interval, undecided_because=gpu_why if on_gpu else CPU_WHY,
-                            numbers=numbers(med, "x speed-up", lo=lo_r, hi=hi_r, paper=target, compare="ratio",
+                            numbers=numbers(med, "x speed-up", lo=lo_r if finite else None,
+                                            hi=hi_r if finite else None, paper=target, compare="ratio",
                                             paper_text=text.split(" (")[0] + (" on A100" if headline else ""),
                                             rule="> 1x (faster at all)",
                                             source="kernel_time" if headline else "gpt2_medium_speedup_vs_hf")))

@@ -10,18 +10,16 @@ must beat is the paper's smallest reduction as the paper states it, the registry
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 
 import torch
 
 from repro import registry
 from repro.bench import timing
-from repro.verdicts import Rows, check, numbers, power, setup_table, verdict_from_checks
+from repro.verdicts import Rows, check, numbers, power, ratio_interval, setup_table, verdict_from_checks
 from repro.claims.rmsnorm_speed import CLAIM, NATIVE_WHY, PROVIDER_IMPL
 
 log = logging.getLogger("repro.judges.rmsnorm_speed")
-NOTCH = 1.58  # McGill, Tukey & Larsen 1978: median +- 1.58 IQR / sqrt(n), about a 95% interval of the median
 
 
 # ----------------------------------------------------------------------------------------------- verdict
@@ -86,33 +84,6 @@ def _op_checks(R: Rows, floor: float, expected: str) -> list[tuple[str, dict]]:
                   f"sizes and dtypes disagree (the quartiles straddle or touch the {floor:g}% floor)")
         out.append((PROVIDER_IMPL.get(provider, provider), c))
     return out
-
-
-def ratio_interval(r: dict) -> tuple[float, float, str]:
-    """(lo, hi, how) of a step-ratio row: the order-statistic interval of the median paired ratio the measurement
-    recorded (``ci_below`` / ``ci_above``: its distances below and above the median, at level ``confidence``; None:
-    too few rounds for one), else, for rows measured before it, McGill's notch from the IQR; no n: no interval."""
-    med, sw, n = float(r["value"]), r["sweep"], int(r.get("n") or 0)
-    if "ci_below" in sw or "ci_above" in sw:
-        below, above = sw.get("ci_below"), sw.get("ci_above")
-        level, looks, planned = sw.get("confidence"), sw.get("looks"), sw.get("planned_looks")
-        how = (f"distribution-free {'' if level is None else f'{100 * level:.4g}% '}interval of the median of {n} "
-               "paired per-round ratios (order statistics"
-               + (f"; Bonferroni over at most {planned} looks of the sequential stop, {looks} taken, stop: "
-                  f"{sw.get('stop')})" if planned else ")"))
-        if _missing(below) or _missing(above):
-            return -math.inf, math.inf, how + ": too few rounds for an interval at this level"
-        return med - float(below), med + float(above), how
-    if not n or _missing(r.get("spread")):
-        return -math.inf, math.inf, "no interval: the row records neither an interval nor n rounds"
-    half = NOTCH * float(r["spread"]) / math.sqrt(float(n))
-    return med - half, med + half, (f"about 95% interval of the median of {int(n)} paired per-round ratios from their "
-                                    "IQR (McGill's notch: median +- 1.58 IQR / sqrt(n)); measured before the "
-                                    "order-statistic interval")
-
-
-def _missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
 
 
 def _step_checks(R: Rows, floor: float, top: float, expected: str, busy: str | None) -> list[tuple[str | None, dict]]:

@@ -106,6 +106,17 @@ def with_sweep(frame, *keys):
     return frame
 
 
+def median_error_bars(frame) -> list:
+    """[below, above] error-bar lengths of paired timing-ratio rows: the order-statistic interval of the median the
+    measurement recorded (sweep ``ci_below`` / ``ci_above``, repro.bench.timing.ci_fields); rows measured before it,
+    or with too few rounds for one: IQR/2 (the caption says which)."""
+    f = with_sweep(frame, "ci_below", "ci_above")
+    has_ci = f["ci_below"].notna() & f["ci_above"].notna()
+    half = f["spread"].fillna(0) / 2
+    return [f["ci_below"].where(has_ci, half).astype(float).to_numpy(),
+            f["ci_above"].where(has_ci, half).astype(float).to_numpy()]
+
+
 def headline_numbers(files: "ResultFiles") -> dict | None:
     """The numbers of the check that decided the verdict (repro.report.headline.headline_check): value, lo, hi,
     unit, paper, paper_text; None when the verdict has no headline with numbers."""

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, headline_figure, PUBLISHED_COLOR, legend_outside, published, published_line, published_points, save
+from . import ResultFiles, headline_figure, PUBLISHED_COLOR, legend_outside, median_error_bars, published, published_line, published_points, save
 
 # registry keys of Korthikanti Eq. 1's coefficients per (section, kind)
 PUBLISHED_KEYS = {("attention", "sbh"): "korthikanti_attention_sbh_coeff", ("mlp", "sbh"): "korthikanti_mlp_sbh_coeff",
@@ -82,7 +82,7 @@ def _time(metrics, out_dir):
         return None
     m["policy"] = _col(m, "policy")
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.bar(m["policy"], m["value"], yerr=m["spread"].fillna(0) / 2, color=sns.color_palette()[0], label="measured")
+    ax.bar(m["policy"], m["value"], yerr=median_error_bars(m), color=sns.color_palette()[0], label="measured")
     pred = metrics[metrics["metric"] == "predicted_overhead_one_forward"]
     if len(pred):
         ax.axhline(float(pred["value"].iloc[0]), color="gray", ls="--", label="one extra forward (measured t_fwd)")
@@ -93,7 +93,8 @@ def _time(metrics, out_dir):
     ax.set_ylabel("fwd+bwd time overhead vs none (%)")
     legend_outside(ax)
     save(fig, out_dir, "time_overhead.png")
-    return ("time_overhead.png", "Median paired time overhead of each policy over no checkpointing (bars: IQR/2), "
+    return ("time_overhead.png", "Median paired time overhead of each policy over no checkpointing (bars: its "
+            "order-statistic confidence interval, or IQR/2 for rows measured before it), "
             "the one-extra-forward prediction, and the published overheads.")
 
 

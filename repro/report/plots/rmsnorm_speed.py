@@ -6,7 +6,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, legend_outside, mark_headline, published, published_band, published_line, save
+from . import (ResultFiles, legend_outside, mark_headline, median_error_bars, published, published_band, published_line,
+               save)
 
 
 def _reduction_range() -> tuple[float, float]:
@@ -63,16 +64,11 @@ def _model(metrics, out_dir):
     m = metrics[metrics["metric"].isin(["step_time_reduction_rms", "step_time_reduction_scale"])]
     if not len(m):
         return None
-    m = _cols(m, "impl", "ci_below", "ci_above")
+    m = _cols(m, "impl")
     m["comparison"] = m["metric"].map({"step_time_reduction_rms": "RMSNorm vs LayerNorm",
                                        "step_time_reduction_scale": "ScaleNorm vs LayerNorm"}) + " (" + m["impl"] + ")"
-    # the order-statistic interval of the median the measurement recorded; rows measured before it: IQR/2
-    has_ci = m["ci_below"].notna() & m["ci_above"].notna()
-    below = m["ci_below"].where(has_ci, m["spread"].fillna(0) / 2).astype(float)
-    above = m["ci_above"].where(has_ci, m["spread"].fillna(0) / 2).astype(float)
     fig, ax = plt.subplots(figsize=(8.5, 3.4))
-    ax.barh(m["comparison"], m["value"], xerr=[below.to_numpy(), above.to_numpy()], color=sns.color_palette()[0],
-            label="measured")
+    ax.barh(m["comparison"], m["value"], xerr=median_error_bars(m), color=sns.color_palette()[0], label="measured")
     low, high = _reduction_range()
     published_band(ax, low, high, f"Zhang & Sennrich {low:g}%~{high:g}%", axis="v")
     transformer = published("rmsnorm_speed", "transformer_reduction")
