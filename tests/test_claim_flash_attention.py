@@ -211,6 +211,7 @@ def test_speed_rows_without_an_interval():
     head = _headline(judge(few, P, "default", device="cuda"))
     assert head["passed"] is None and "too few rounds" in head["interval"]
     assert head["numbers"]["lo"] is None and head["numbers"]["hi"] is None
+    assert "too few rounds" in head["measured"] and "inf" not in head["measured"]
     old = _headline(judge(_rows(**GOOD, n=None), P, "default", device="cuda"))
     assert old["passed"] is None and "no interval" in old["interval"]
     notch = _rows(**GOOD, n=None)

@@ -134,7 +134,8 @@ def _speed_checks(R: Rows, tol: dict, device: str, load: dict) -> list[dict]:
         finite = math.isfinite(lo_r) and math.isfinite(hi_r)
         fused, need = r["sweep"]["backend"], frac * target
         name = SPEED_NAMES[r["metric"]].format(fused)
-        measured = f"{med:.2f}x (interval {lo_r:.2f}..{hi_r:.2f}x) on device {device}"
+        span = f"interval {lo_r:.2f}..{hi_r:.2f}x" if finite else f"n={r.get('n')}: too few rounds for an interval"
+        measured = f"{med:.2f}x ({span}) on device {device}"
         checks.append(check(name, decide_interval(lo_r, hi_r, above=1.0) if on_gpu else None, measured,
                             f"> 1x (paper: {text})", headline=headline,
                             interval=interval, undecided_because=gpu_why if on_gpu else CPU_WHY,
