@@ -13,7 +13,8 @@ import torch
 
 from repro import registry
 from repro.bench import kernels, timing
-from repro.verdicts import Rows, both, check, decide_interval, numbers, ratio_interval, setup_table, uses, verdict_from_checks
+from repro.verdicts import (Rows, both, check, decide_interval, numbers, ratio_interval, setup_table, uses,
+                            verdict_from_checks)
 from repro.claims.flash_attention import CLAIM, CPU_WHY as _CPU_WHY, SPEED_NAMES
 
 
@@ -27,10 +28,10 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     it runs) computes GPT-2-medium attention fwd+bwd (Fig 2's shape) faster than standard attention. Decided on a
     GPU only, by the interval of the median paired per-round ratio (repro.verdicts.ratio_interval: the order-statistic
     interval the measurement stored; McGill's notch for rows measured before it): holds when the whole interval is
-    above 1 (strictly), fails when it is wholly below 1, and a tie decides nothing. On a CPU it is reported for information and undecided: the
-    paper's speed-up comes from an IO-aware GPU kernel on A100s (SRAM tiling vs HBM traffic), and SDPA on a CPU is
-    not the FlashAttention kernel. The device: ``context["device"]``, the one the measurement recorded; for an old
-    measurement that did not record it, the rows' own evidence (a backend skipped as CPU-only Triton interpreter, or
+    above 1 (strictly), fails when it is wholly below 1, and a tie decides nothing. On a CPU it is reported for
+    information and undecided: the paper's speed-up comes from an IO-aware GPU kernel on A100s (SRAM tiling vs HBM
+    traffic), and SDPA on a CPU is not the FlashAttention kernel. The device: ``context["device"]``, the one the
+    measurement recorded; for an old measurement that did not record it, the rows' own evidence (a backend skipped as CPU-only Triton interpreter, or
     every row's ``hardware`` id ``cpu-...`` -> CPU; every ``hardware`` id ``gpu-...`` -> GPU); else the config's.
     Thresholds: the judge: section of config/claims/flash_attention.yaml.
     Secondary (GPU only, same interval): the speed-up at least ``speed_fraction_of_paper`` x the paper's

@@ -36,8 +36,9 @@ def _speed(rows, ratio, spread):
     speed = ("fig2_speedup_over_math", "train_step_speedup_over_math")
     rows = edit(rows, speed, lambda r: ratio)
     ci = {"ci_below": spread / 2, "ci_above": spread / 2, "confidence": 0.95}
-    return [{**r, "spread": spread, "sweep": {**(r.get("sweep") or {}), **ci}, **{f"sweep.{k}": v for k, v in ci.items()}}
-            if r.get("metric") in speed else r for r in rows]
+    flat = {f"sweep.{k}": v for k, v in ci.items()}
+    return [{**r, "spread": spread, "sweep": {**(r.get("sweep") or {}), **ci}, **flat} if r.get("metric") in speed
+            else r for r in rows]
 
 
 def paper_false(rows: list[dict]) -> list[dict]:
@@ -49,10 +50,10 @@ def paper_false(rows: list[dict]) -> list[dict]:
 
 
 def ties(rows: list[dict]) -> list[dict]:
-    """On a GPU: the fused kernel exactly as fast as standard attention (speed-up 1, a zero-width interval), with every memory
-    exponent on its band's edge (the upper ends of linear_exponent and quadratic_exponent) and Table 21's ratio at 1
-    (ties on the secondary checks are undecided, never failed, so they cannot turn the verdict into partially
-    either)."""
+    """On a GPU: the fused kernel exactly as fast as standard attention (speed-up 1, a zero-width interval), with
+    every memory exponent on its band's edge (the upper ends of linear_exponent and quadratic_exponent) and Table
+    21's ratio at 1 (ties on the secondary checks are undecided, never failed, so they cannot turn the verdict into
+    partially either)."""
     from repro import config
 
     T = config.thresholds("flash_attention", "default")
