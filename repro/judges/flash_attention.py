@@ -32,8 +32,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     information and undecided: the paper's speed-up comes from an IO-aware GPU kernel on A100s (SRAM tiling vs HBM
     traffic), and SDPA on a CPU is not the FlashAttention kernel. The device: ``context["device"]``, the one the
     measurement recorded; for an old measurement that did not record it, the rows' own evidence (a backend skipped
-    as CPU-only Triton interpreter, or every row's ``hardware`` id ``cpu-...`` -> CPU; every ``hardware`` id ``gpu-...`` -> GPU); else the config's.
-    Thresholds: the judge: section of config/claims/flash_attention.yaml.
+    as CPU-only Triton interpreter, or every row's ``hardware`` id ``cpu-...`` -> CPU; every ``hardware`` id
+    ``gpu-...`` -> GPU); else the config's. Thresholds: the judge: section of config/claims/flash_attention.yaml.
     Secondary (GPU only, same interval): the speed-up at least ``speed_fraction_of_paper`` x the paper's
     (Fig 2: 41.7 -> 7.3 ms; end-to-end: GPT-2 medium 3.0x over HuggingFace, registry values), and the end-to-end
     training step faster than with standard attention. Memory (any device, exact measurements): the fused kernels'
