@@ -48,3 +48,22 @@ def openmp_wait() -> str:
         return "suite spin 1000"
     return "user: " + ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
                                 if k in os.environ)
+
+
+# REPRO_RECORD_MODULES=<folder>: each process writes, when it exits, its command line and the repro source files it
+# loaded (<folder>/<pid>.json), so a test can check that every file a measurement loaded is covered by its key
+# (repro.provenance follows imports from the source; a file loaded some other way would escape the key).
+if os.environ.get("REPRO_RECORD_MODULES"):
+    import atexit
+    import json as _json
+
+    def _record_modules(folder: str = os.environ["REPRO_RECORD_MODULES"]) -> None:
+        package = os.path.dirname(os.path.abspath(__file__))  # by file: `python -m` runs its module as __main__
+        files = sorted({os.path.relpath(f, os.path.dirname(package)).replace(os.sep, "/")
+                        for f in (getattr(m, "__file__", None) for m in list(sys.modules.values()))
+                        if f and os.path.abspath(f).startswith(package + os.sep)})
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as fh:
+            _json.dump({"argv": list(getattr(sys, "orig_argv", sys.argv)), "files": files}, fh)
+
+    atexit.register(_record_modules)

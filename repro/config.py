@@ -257,6 +257,15 @@ def workflow_spec(name: str, scale: str) -> dict:
     return spec
 
 
+def job_params(name: str, scale: str, overrides: Mapping | None = None) -> dict:
+    """What the measuring job of claim (or shared artefact) ``name`` receives at ``scale``: its section (overrides
+    applied, no thresholds) with the config sections its ``workflow.sections`` lists under their names. The
+    measurement's config key hashes exactly this (repro.provenance.config_key)."""
+    params = section(name, scale, overrides)
+    params.update({s: section(s, scale, overrides) for s in workflow_spec(name, scale)["sections"]})
+    return params
+
+
 def needed(spec: Mapping, params: Mapping) -> list[dict]:
     """The needs of ``spec`` (:func:`workflow_spec`) that these parameters leave to the shared artefacts: not when
     the parameter receiving the path, or one of ``unless``, is set, nor when a ``when_any`` list holds none of its

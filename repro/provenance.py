@@ -12,16 +12,23 @@ are what the checkout would use now:
   (the translation model, the LM, the tokenizer: :data:`ARTEFACT_CODE`) is part of it too.
 - ``config``: the claim's resolved parameters (its section at the scale, overrides applied, with the sections it
   lists, exactly what the job receives; never the ``judge:`` thresholds).
-- ``software``: python, torch and triton versions.
+- ``software``: the python version (major.minor) and the versions of the libraries that compute which the code
+  imports (:data:`COMPUTE`: torch, triton, numpy, sentencepiece, sacrebleu, ...; read from the imports of the
+  files behind ``code``, so a new sacrebleu stales what decodes and scores BLEU and nothing else).
 - ``judge``: the judge's files (``repro/judges/<id>.py`` and every repro module it imports), the published numbers
   (``repro/registry/published.yaml``) and the thresholds (the section's ``judge:`` part). A change here re-judges
   the stored measurements; nothing is measured again.
 
+The code keys hash what the code is, not how it is written: each Python file's syntax tree without its docstrings
+(comments, formatting and docstrings change no key: a rewrapped docstring re-judges and re-measures nothing), each
+YAML file's parsed content. ``scheme`` names this way of hashing; keys of an older scheme cannot be compared file by
+file and count as stale.
+
 ``measure`` (code + config + software, one hash) is what a measurement records and what the workflow's stamp
 file holds (``.snakemake/repro/keys/<hw>/<scale>/<claim>.measure``; :func:`write_stamp`): the stamp is rewritten,
 and so becomes newer than the results, only when the key differs from the one it holds, which makes Snakemake rerun
-the jobs that take it as input. The report compares a result's recorded ``code`` key with the checkout's to mark it
-stale (:func:`claim_keys` at the result's scale).
+the jobs that take it as input. The report compares a result's recorded keys with the checkout's to mark it stale
+(:func:`stale_reasons`: code, config at the result's scale, software), naming which differ.
 
 Reads source files only (no torch import): the Snakefile calls it while the DAG is built.
 """
@@ -33,6 +40,7 @@ import json
 import os
 import platform
 import subprocess
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -52,7 +60,12 @@ ARTEFACT_CODE = {
     "lm": ("repro.train.prepare", "repro.train.train"),
     "translation_evaluate": ("repro.train.prepare", "repro.train.train", "repro.train.evaluate"),
 }
-SOFTWARE = ("torch", "triton")
+# the libraries whose version can change a measured number (import name -> distribution name): a key records the
+# versions of those its code imports
+COMPUTE = {"torch": "torch", "triton": "triton", "numpy": "numpy", "sentencepiece": "sentencepiece",
+           "sacrebleu": "sacrebleu", "scipy": "scipy", "safetensors": "safetensors", "bitsandbytes": "bitsandbytes"}
+# how the keys are computed (recorded with them): 2 = syntax trees without docstrings, software by imports
+SCHEME = 2
 
 
 def git_commit(root: str | Path | None = None) -> dict:
@@ -86,27 +99,57 @@ def _module_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def _imports(path: Path, root: Path) -> set[str]:
-    """Every repro module ``path`` imports (anywhere in the file), with the packages that hold them."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    package = ".".join(path.relative_to(root).with_suffix("").parts)
-    if path.name == "__init__.py":
-        package = package.rsplit(".", 1)[0] if package.endswith(".__init__") else package
-    else:
-        package = package.rsplit(".", 1)[0]
-    found: set[str] = set()
+def _stat(path: Path) -> tuple[str, int, int]:
+    """What identifies a version of a file for the caches below: its path, mtime and size."""
+    st = path.stat()
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What the keys need of one version of a Python file, read in one pass over its syntax tree: its imports
+    (anywhere in it: function-local ones too) as (level, module, names), and the digest of its tree without
+    docstrings."""
+    imports: frozenset
+    digest: str
+
+
+@lru_cache(maxsize=4096)
+def _source(version: tuple[str, int, int]) -> _Source:
+    """Parsed once per version of the file (the workflow computes every claim's keys each time it starts)."""
+    tree = ast.parse(Path(version[0]).read_bytes(), filename=version[0])
+    found: set[tuple] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
+            found.update((0, a.name, ()) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            found.add(mod)
-            found.update(f"{mod}.{a.name}" for a in node.names)  # `from repro.model import attention`
+            found.add((node.level, node.module or "", tuple(a.name for a in node.names)))
+        elif isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body  # a docstring is dropped (a body that is only one keeps a pass: it parses the same)
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return _Source(frozenset(found), _sha(ast.dump(tree, annotate_fields=False, include_attributes=False)))
+
+
+def _package(path: Path, root: Path) -> str:
+    """The package a file's relative imports start from (``repro.model`` for repro/model/block.py and for
+    repro/model/__init__.py)."""
+    package = ".".join(path.relative_to(root).with_suffix("").parts)
+    if path.name == "__init__.py":
+        return package.rsplit(".", 1)[0] if package.endswith(".__init__") else package
+    return package.rsplit(".", 1)[0]
+
+
+def _imports(path: Path, root: Path) -> set[str]:
+    """Every repro module ``path`` imports (anywhere in the file), with the packages that hold them."""
+    package, found = _package(path, root), set()
+    for level, module, names in _source(_stat(path)).imports:
+        if level:
+            base = package.split(".")
+            module = ".".join(base[: len(base) - level + 1] + ([module] if module else []))
+        found.add(module)
+        found.update(f"{module}.{n}" for n in names)  # `from repro.model import attention`
     out = set()
     for name in found:
         parts = name.split(".")
@@ -138,8 +181,33 @@ def judge_module(claim: str) -> str:
     return f"repro.judges.{claim}"
 
 
+def content_digest(path: Path) -> str:
+    """The sha256 of what a file says rather than how it is written: a Python file's syntax tree without docstrings
+    (comments, blank lines, wrapping and docstrings leave it alone), a YAML file's parsed content, other files'
+    bytes."""
+    if path.suffix == ".py":
+        return _source(_stat(path)).digest
+    if path.suffix in (".yaml", ".yml"):
+        return _yaml_digest(_stat(path))
+    return _sha(path.read_bytes())
+
+
+@lru_cache(maxsize=64)
+def _yaml_digest(version: tuple[str, int, int]) -> str:
+    import yaml  # lazy: only the registry's YAML is hashed this way
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ~50x faster on the registry
+    return _sha(json.dumps(yaml.load(Path(version[0]).read_bytes(), Loader=loader), sort_keys=True, default=str))
+
+
 def _files_digest(paths: list[Path], root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): _sha(p.read_bytes()) for p in paths}
+    return {p.relative_to(root).as_posix(): content_digest(p) for p in paths}
+
+
+def _third_party(paths: list[Path]) -> tuple[str, ...]:
+    """The computing libraries (:data:`COMPUTE`) the files ``paths`` import, anywhere in them."""
+    tops = {module.split(".")[0] for p in paths for level, module, _ in _source(_stat(p)).imports if not level}
+    return tuple(sorted(tops & set(COMPUTE)))
 
 
 @lru_cache(maxsize=None)
@@ -147,36 +215,42 @@ def _claim_code(claim: str, needs: tuple[str, ...], root: Path = ROOT) -> dict:
     deps = module_closure((f"repro.claims.{claim}",), root)
     for artefact in needs:
         deps += module_closure(ARTEFACT_CODE[artefact], root)
-    files = _files_digest(sorted(set(deps)), root)
-    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files, **_judge_code(claim, root)}
+    deps = sorted(set(deps))
+    files = _files_digest(deps, root)
+    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files, "libraries": _third_party(deps),
+            **_judge_code(claim, root)}
 
 
 @lru_cache(maxsize=None)
 def _judge_code(claim: str, root: Path = ROOT) -> dict:
-    """The judge's files: repro/judges/<claim>.py and what it imports (measurement modules too: a judge may read a
-    claim's constants), the verdict contract and the published numbers."""
-    paths = module_closure((judge_module(claim), "repro.verdicts", "repro.registry"), root, stop=NOT_CODE)
+    """The judge's files: repro/judges/<claim>.py and what it imports, the judging machinery that reads the stored
+    rows and hands them over (repro/judging.py and its imports), the verdict contract and the published numbers."""
+    paths = module_closure((judge_module(claim), "repro.judging", "repro.verdicts", "repro.registry"), root,
+                           stop=NOT_CODE)
     files = _files_digest(paths, root)
     if (root / PUBLISHED).is_file():
-        files[PUBLISHED] = _sha((root / PUBLISHED).read_bytes())
+        files[PUBLISHED] = content_digest(root / PUBLISHED)
     return {"judge_code": _sha(json.dumps(files, sort_keys=True)), "judge_files": files}
 
 
 @lru_cache(maxsize=None)
 def _artefact_code(artefact: str, root: Path = ROOT) -> dict:
-    files = _files_digest(module_closure(ARTEFACT_CODE[artefact], root), root)
+    deps = module_closure(ARTEFACT_CODE[artefact], root)
+    files = _files_digest(deps, root)
     judge = _judge_code("translation", root) if artefact == "translation_evaluate" else {"judge_code": None}
-    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files, **judge}
+    return {"code": _sha(json.dumps(files, sort_keys=True)), "code_files": files, "libraries": _third_party(deps),
+            **judge}
 
 
-def software() -> dict:
-    """The software a measurement depends on beyond the checkout (read from package metadata: no import)."""
-    out = {"python": platform.python_version()}
-    for pkg in SOFTWARE:
+def software(libraries: tuple[str, ...] | list[str] = tuple(COMPUTE)) -> dict:
+    """The software a measurement depends on beyond the checkout: the python version (major.minor) and the versions
+    of ``libraries`` (import names of :data:`COMPUTE`; read from package metadata: no import)."""
+    out = {"python": ".".join(platform.python_version_tuple()[:2])}
+    for name in libraries:
         try:
-            out[pkg] = metadata.version(pkg)
+            out[name] = metadata.version(COMPUTE.get(name, name))
         except metadata.PackageNotFoundError:
-            out[pkg] = None
+            out[name] = None
     return out
 
 
@@ -195,10 +269,15 @@ def keys(code: dict, params: dict | str, thresholds: dict | None = None) -> dict
     if isinstance(config_text, dict) and "judge" in config_text:
         raise ValueError("provenance.keys: the parameters hold a 'judge' section; thresholds are no measurement "
                          "parameter (pass them as thresholds=)")
-    out = {"code": code["code"], "judge": judge_key(code.get("judge_code"), thresholds),
-           "config": _sha(json.dumps(config_text, sort_keys=True)), "software": software()}
+    out = {"scheme": SCHEME, "code": code["code"], "judge": judge_key(code.get("judge_code"), thresholds),
+           "config": config_key(config_text), "software": software(code.get("libraries", tuple(COMPUTE)))}
     out["measure"] = _sha(json.dumps([out["code"], out["config"], out["software"]], sort_keys=True))
     return out
+
+
+def config_key(params: dict) -> str:
+    """The config key of resolved parameters (what the job receives, without the judge's thresholds)."""
+    return _sha(json.dumps(params, sort_keys=True, default=str))
 
 
 def claim_keys(claim: str, params: dict | str, needs: tuple[str, ...] = (), thresholds: dict | None = None) -> dict:
@@ -225,24 +304,49 @@ def current_code(claim: str, needs: tuple[str, ...] | list[str] | None = None) -
     return dict(_claim_code(claim, tuple(sorted(needs or ()))))
 
 
-def stale_because(recorded: dict | None, claim: str) -> str | None:
-    """Why a result whose provenance keys are ``recorded`` was not measured by the checkout's code (None: it was):
-    no keys recorded, or the code key differs, naming the files that changed."""
+STALE_KINDS = ("code", "config", "software")  # what can make a result stale, in the order the pages name them
+
+
+def stale_reasons(recorded: dict | None, claim: str, config_now: str | None = None,
+                  software_now: dict | None = None) -> dict[str, str]:
+    """Why a result whose provenance keys are ``recorded`` is not what the checkout would measure now, by kind
+    (:data:`STALE_KINDS`; empty: it is fresh):
+
+    - ``code``: no keys recorded, keys of an older scheme, or the code key differs (naming the files that changed);
+    - ``config``: its config key differs from ``config_now``, the checkout's for the result's claim and scale (None:
+      not compared);
+    - ``software``: a library its code imports (or python) has another version than ``software_now`` (default: this
+      environment's)."""
     if not recorded or not recorded.get("code"):
-        return "measured before provenance keys were recorded"
+        return {"code": "measured before provenance keys were recorded"}
+    out = {}
     try:
         now = current_code(claim, recorded.get("needs"))
     except (OSError, SyntaxError, KeyError) as exc:
-        return f"its code cannot be compared with the checkout's ({exc})"
-    if now["code"] == recorded["code"]:
-        return None
-    old, new = recorded.get("code_files") or {}, now["code_files"]
-    changed = sorted(f for f in set(old) | set(new) if old.get(f) != new.get(f))
-    if not old:
-        return "measurement code changed since"
-    shown = ", ".join(f.replace("repro/", "") for f in changed[:4]) + (f" and {len(changed) - 4} more"
-                                                                         if len(changed) > 4 else "")
-    return f"measurement code changed since: {shown}"
+        return {"code": f"its code cannot be compared with the checkout's ({exc})"}
+    if recorded.get("scheme") != SCHEME:
+        out["code"] = "its keys predate the checkout's way of hashing code (cannot be compared file by file)"
+    elif now["code"] != recorded["code"]:
+        old, new = recorded.get("code_files") or {}, now["code_files"]
+        changed = sorted(f for f in set(old) | set(new) if old.get(f) != new.get(f))
+        shown = ", ".join(f.replace("repro/", "") for f in changed[:4]) + (f" and {len(changed) - 4} more"
+                                                                             if len(changed) > 4 else "")
+        out["code"] = f"measurement code changed since: {shown}" if old else "measurement code changed since"
+    if config_now is not None and recorded.get("config") != config_now:
+        out["config"] = "measured with other parameters than the checkout's config"
+    then = recorded.get("software") if isinstance(recorded.get("software"), dict) else {}
+    now_sw = software_now if software_now is not None else software(now.get("libraries", tuple(COMPUTE)))
+    moved = [f"{k} {then.get(k)} -> {v}" for k, v in sorted(now_sw.items()) if then.get(k) != v]
+    if moved:
+        out["software"] = "other software: " + ", ".join(moved)
+    return out
+
+
+def stale_because(recorded: dict | None, claim: str, config_now: str | None = None,
+                  software_now: dict | None = None) -> str | None:
+    """:func:`stale_reasons` as one sentence (None: fresh)."""
+    reasons = stale_reasons(recorded, claim, config_now, software_now)
+    return "; ".join(reasons[k] for k in STALE_KINDS if k in reasons) or None
 
 
 def code_files(claim: str, needs: tuple[str, ...] = ()) -> dict[str, str]:

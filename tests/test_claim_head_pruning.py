@@ -24,7 +24,7 @@ CLAIM = hp.CLAIM
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from repro.data import train_sentencepiece
+    from repro.data.tokenizer import train_sentencepiece
     from repro.train.pipeline import load_data, train_from_params
 
     d = tmp_path_factory.mktemp("hp_model")

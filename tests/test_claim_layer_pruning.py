@@ -78,7 +78,7 @@ def test_missing_models_name_the_key(tmp_path):
 def tiny_models(tmp_path_factory):
     """A 3+2-layer translation model and a 3-layer LM, trained for a few steps (tiny translation config)."""
     from repro.config import deep_merge
-    from repro.data import load_corpus
+    from repro.data.corpus import load_corpus
     from repro.data.tokenizer import train_sentencepiece
     from repro.train.pipeline import train_from_params
 

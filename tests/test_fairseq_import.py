@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro.data import write_fairseq_dictionary
+from repro.data.fairseq_io import write_fairseq_dictionary
 from repro.train.fairseq_import import FairseqImportError, import_fairseq_checkpoint
 
 D, H, FF = 16, 4, 24

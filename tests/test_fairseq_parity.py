@@ -108,7 +108,7 @@ def test_layer_pruning_paper_path_on_the_real_fairseq_checkpoint(tmp_path):
 
     from repro import config
     from repro.claims import layer_pruning as lp
-    from repro.data import read_fairseq_dictionary
+    from repro.data.fairseq_io import read_fairseq_dictionary
     from repro.data.fairseq_io import write_indexed_dataset
 
     if "post" not in VARIANTS:

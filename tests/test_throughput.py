@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from repro.io import check_results, read_metrics
 from repro.peers.throughput import (ReferenceTransformer, copy_suite_weights, reference_decode_ids, run)
-from repro.data import EncodedCorpus, token_batches
+from repro.data.batching import EncodedCorpus, token_batches
 from repro.train.decode import DecodeConfig, decode_ids
 from repro.train.loop import OptimConfig, RunConfig, ScheduleConfig, lr_at, smoothed_cross_entropy, train
 from repro.train.pipeline import build_model

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro.data import EncodedCorpus, token_batches
+from repro.data.batching import EncodedCorpus, token_batches
 from repro.train import bleu
 from repro.train.decode import DecodeConfig, beam_decode, decode_ids, greedy_decode
 from repro.train.loop import (OptimConfig, RunConfig, ScheduleConfig, TrainConfigError, lr_at, model_loss, train)
@@ -282,7 +282,7 @@ def test_artefact_from_config_resumes_and_loads(tmp_path):
 
 
 def test_data_bin_corpus_loads(tmp_path):
-    from repro.data import write_fairseq_dictionary, write_indexed_dataset
+    from repro.data.fairseq_io import write_fairseq_dictionary, write_indexed_dataset
     from repro.train.pipeline import encode_splits, load_data
 
     syms = ["Hal@@", "lo", "Welt", "hello", "world"]

@@ -13,8 +13,45 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 
 
-def smk(*args, cwd=ROOT, timeout=600):
-    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+def smk(*args, cwd=ROOT, timeout=600, env=None):
+    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def unkeyed_files(records: Path, results: Path) -> list[str]:
+    """Every repro file a measuring or judging job loaded (the records of REPRO_RECORD_MODULES, repro/__init__.py)
+    that its key does not cover: a claim's measurement (``--measure-only`` / ``--part``) and a shared artefact's
+    build against their code key (the judge side and the keys' own module may load: they cannot change a
+    measurement), a judging job against its judge key. Empty when every key covers what ran."""
+    from repro import provenance
+
+    artefact_of = {"repro.train.prepare": "tokenizer", "repro.train.train": "translation_model",
+                   "repro.train.evaluate": "translation_evaluate"}
+    judge_side = {p for p in provenance.ROOT.joinpath("repro").rglob("*.py")
+                  if provenance._stopped(p.relative_to(provenance.ROOT).as_posix(), provenance.JUDGE_SIDE)}
+    judge_side = {p.relative_to(provenance.ROOT).as_posix() for p in judge_side} | set(provenance.NOT_CODE)
+    missing, checked = [], 0
+    for path in sorted(records.glob("*.json")):
+        rec = json.loads(path.read_text())
+        argv = rec["argv"]
+        module = argv[argv.index("-m") + 1] if "-m" in argv else ""
+        claim = module.removeprefix("repro.claims.") if module.startswith("repro.claims.") else None
+        if claim and ("--measure-only" in argv or "--part" in argv):
+            keys = json.loads((results / claim / "measured.json").read_text())["keys"]
+            covered = set(provenance.current_code(claim, keys.get("needs"))["code_files"]) | judge_side
+        elif claim and "--rejudge" in argv or module == "repro.judging":
+            claim = claim or argv[argv.index("--claim") + 1]
+            covered = set(provenance.current_code(claim)["judge_files"]) | set(provenance.NOT_CODE)
+        elif module in artefact_of:
+            code = provenance._artefact_code(artefact_of[module])
+            covered = set(code["code_files"]) | set(code.get("judge_files") or {}) | judge_side
+        else:
+            continue
+        checked += 1
+        missing += [f"{module} {' '.join(argv[argv.index(module) + 1:][:1])}: {f}" for f in rec["files"]
+                    if f not in covered]
+    assert checked, f"no measuring job recorded its modules under {records}"
+    return sorted(set(missing))
 
 
 def planned_jobs(text: str) -> list[str]:
@@ -131,13 +168,18 @@ def test_tiny_end_to_end(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     start = datetime.now(timezone.utc).replace(microsecond=0)
     cfg = ["scale=tiny", "hardware=test-hw", f"references_dir={refs}"]
-    r = smk("reproduce_all", "--cores", "2", "--directory", str(tmp_path), "--config", *cfg, timeout=1500)
+    records = tmp_path / "loaded-modules"
+    r = smk("reproduce_all", "--cores", "2", "--directory", str(tmp_path), "--config", *cfg, timeout=1500,
+            env={"REPRO_RECORD_MODULES": str(records)})
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
+    res = tmp_path / "results/test-hw/tiny"
+    # every repro file a measurement or a judgement loaded is in its key (else editing it would change a result
+    # that stays "fresh")
+    assert not unkeyed_files(records, res), unkeyed_files(records, res)
     index = (tmp_path / "reports/test-hw/tiny/index.md").read_text()
     from repro import registry
     for claim in registry.claim_ids():
         assert claim in index  # every registered claim is listed, built or not
-    res = tmp_path / "results/test-hw/tiny"
     # the user's run is their own: every verdict measured and judged by this checkout, now
     verdicts = sorted(res.glob("*/verdict.json"))
     assert {v.parent.name for v in verdicts} == set(registry.implemented_claims()) | {"translation"}

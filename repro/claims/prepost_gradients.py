@@ -30,7 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from repro.config import resolve_device
-from repro.data import encode_corpus, load_corpus, load_data_bin, token_batches, train_sentencepiece
+from repro.data.batching import encode_corpus, token_batches
+from repro.data.corpus import load_corpus
+from repro.data.fairseq_io import load_data_bin
+from repro.data.tokenizer import train_sentencepiece
 from repro.io import atomic_write_json, metric
 from repro.model import BlockConfig, EncoderDecoder, ModelConfig, make_norm
 from repro.model.block import Block

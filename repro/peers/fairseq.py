@@ -49,7 +49,7 @@ import torch
 from repro import config
 from repro.artefacts import CKPT_NAME
 from repro.bench.fingerprint import fingerprint
-from repro.data import batch_indices, collate
+from repro.data.batching import batch_indices, collate
 from repro.data.fairseq_io import write_fairseq_dictionary, write_indexed_dataset
 from repro.io import atomic_write_json, atomic_write_text, write_results
 from repro.peers.throughput import (commit_text, default_paths, encoded_corpus, peer_paths_arguments, side_by_side,

@@ -55,7 +55,7 @@ from torch import nn
 from repro import config
 from repro.artefacts import MODELS_DIR, TOKENIZER_NAME, artefact_file
 from repro.bench.fingerprint import fingerprint
-from repro.data import batch_indices, collate
+from repro.data.batching import batch_indices, collate
 from repro.io import atomic_write_json, atomic_write_text, metric, write_results
 from repro.model.models import sinusoidal_table
 from repro.train.decode import DecodeConfig, _length_caps, _src_tensor, decode_ids, length_batches

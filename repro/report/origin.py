@@ -1,16 +1,17 @@
 """Where a verdict came from, for every page, index row and matrix cell: this checkout's run (``results/``) or a
-committed reference (``references/results/``), which commit measured it and when, which judged it, and whether the
-measurement code has changed since (stale: the checkout would measure something else; repro.provenance).
+committed reference (``references/results/``), which commit measured it and when, which judged it, and whether what measured it has changed since (stale: the checkout would
+measure something else; repro.provenance.stale_reasons names which of code, config and software).
 
 The two sources are read side by side and never mixed: :func:`sources` lists them, a column of the matrix or the
 hardware comparison is one (source, hardware, scale), and a reference is labelled ``<hardware> (reference)``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
-from repro import provenance
+from repro import config, provenance
 
 RUN, REFERENCE = "run", "reference"
 # Beside a published claim's results when it was measured on a modified tree whose measurement code is the
@@ -58,6 +59,7 @@ class Origin:
     judged_at: str | None
     stale: str | None              # why the checkout would measure something else (None: fresh)
     keys: dict
+    stale_kinds: tuple = field(default=())  # which of code, config, software differ (provenance.STALE_KINDS)
 
     def commit_short(self) -> str:
         return (self.commit or "?")[:7] + ("+dirty" if self.dirty else "")
@@ -73,14 +75,18 @@ class Origin:
         if self.judged_commit and self.judged_commit != self.commit:
             line += f", judged at commit `{self.judged_commit[:7]}`"
         if self.stale:
-            line += f"; **stale**: {self.stale} (the checkout's code would measure it anew)"
+            line += f"; **stale** ({self.stale_label()}): {self.stale} (the checkout would measure it anew)"
         return line
 
     def short(self) -> str:
         """A cell's note: 'run abc1234 12-02 06:10' or 'ref abc1234 2026-12-01', with 'stale' when it is."""
         when = (self.measured_at or "")[:16].replace("T", " ")
         text = f"{'run' if self.kind == RUN else 'ref'} {self.commit_short()} {when}".strip()
-        return text + (" **stale**" if self.stale else "")
+        return text + (f" **stale** ({self.stale_label()})" if self.stale else "")
+
+    def stale_label(self) -> str:
+        """'code', 'config', 'software' or a combination ('code, software'): what makes it stale."""
+        return ", ".join(self.stale_kinds) or "code"
 
 
 def origin_of(verdict: dict, kind: str, claim: str, fingerprint: dict | None = None) -> Origin:
@@ -89,13 +95,26 @@ def origin_of(verdict: dict, kind: str, claim: str, fingerprint: dict | None = N
     rejudged = verdict.get("rejudged") if isinstance(verdict.get("rejudged"), dict) else {}
     git = (fingerprint or {}).get("git") or {}
     keys = recorded_keys(verdict)
+    reasons = provenance.stale_reasons(keys, claim, checkout_config_key(claim, str(verdict.get("scale") or "")))
     return Origin(kind=kind, hardware=str(verdict.get("hardware") or ""),
                   commit=measured.get("commit") or verdict.get("commit") or git.get("commit"),
                   dirty=measured.get("dirty", git.get("dirty")),
                   measured_at=measured.get("started") or verdict.get("timestamp"),
                   judged_commit=judged.get("commit") or rejudged.get("commit"),
                   judged_at=judged.get("timestamp") or rejudged.get("timestamp"),
-                  stale=provenance.stale_because(keys, claim), keys=keys)
+                  stale="; ".join(reasons[k] for k in provenance.STALE_KINDS if k in reasons) or None, keys=keys,
+                  stale_kinds=tuple(k for k in provenance.STALE_KINDS if k in reasons))
+
+
+@lru_cache(maxsize=None)
+def checkout_config_key(claim: str, scale: str) -> str | None:
+    """The config key the checkout's own parameters of ``claim`` at ``scale`` have (no overrides: what
+    config/claims/<claim>.yaml says), as the workflow computes it; None when that section does not validate as is
+    (paper scale without its data paths): then the config is not compared."""
+    try:
+        return provenance.config_key(config.job_params(claim, scale))
+    except (config.ConfigError, KeyError):
+        return None
 
 
 def difference(a: dict, b: dict) -> str:

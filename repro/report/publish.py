@@ -43,7 +43,7 @@ from repro.judging import rejudge
 from repro.report import pages
 from repro.report.compare import write_compare
 from repro.report.matrix import write
-from repro.report.origin import REFERENCE, WAIVER, recorded_keys
+from repro.report.origin import REFERENCE, WAIVER, checkout_config_key, recorded_keys
 from repro.report.peers import (
     BENCH_DIR,
     peer_folders,
@@ -79,14 +79,7 @@ def _require_clean(*pathspec: str, then: str) -> None:
 
 def default_config_key(claim: str, scale: str) -> str | None:
     """The config key of the scale's own parameters (no overrides), as the workflow computes it."""
-    try:
-        if claim == "translation":
-            return provenance.artefact_keys("translation_evaluate", config.section("translation", scale))["config"]
-        params = config.section(claim, scale)
-        params.update({s: config.section(s, scale) for s in config.workflow_spec(claim, scale)["sections"]})
-    except config.ConfigError:
-        return None
-    return provenance.keys({"code": "", "judge": ""}, params)["config"]
+    return checkout_config_key(claim, scale)
 
 
 def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None,
@@ -117,7 +110,9 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
             problems.append(f"{claim}: {'judged' if judged.get('dirty') else 'measured'} on a dirty tree"
                             + ("" if judged.get("dirty") else
                                " (--waiver REASON accepts it when its measurement code is HEAD's)"))
-        stale = provenance.stale_because(keys, claim)
+        # the measurement code must be HEAD's; its software is the measuring machine's (a GPU node's torch is not
+        # this machine's), recorded with it and shown on the matrix
+        stale = provenance.stale_reasons(keys, claim, software_now=keys.get("software") or {}).get("code")
         if stale:
             problems.append(f"{claim}: {stale}")
         elif keys.get("config") != default_config_key(claim, scale):

@@ -43,7 +43,7 @@ from typing import Any, Mapping
 
 import torch
 
-from repro.data import read_fairseq_dictionary
+from repro.data.fairseq_io import read_fairseq_dictionary
 from repro.errors import FairseqImportError
 from repro.model import BlockConfig, ModelConfig
 from repro.model.models import EncoderDecoder

@@ -25,8 +25,10 @@ from typing import Any, Mapping
 import torch
 
 from repro.io import remove_stale_temps
-from repro.data import (Corpus, Tokenizer, encode_corpus, load_corpus, load_data_bin, read_fairseq_dictionary,
-                        token_batches)
+from repro.data.batching import encode_corpus, token_batches
+from repro.data.corpus import Corpus, load_corpus
+from repro.data.fairseq_io import load_data_bin, read_fairseq_dictionary
+from repro.data.tokenizer import Tokenizer
 from repro.errors import ConfigError
 from repro.model import ModelConfig
 from repro.model.init import init_fairseq_qkv_gain1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from repro.artefacts import TOKENIZER_NAME
 from repro.cli import add_params_arguments, load_params, setup_logging
-from repro.data import train_sentencepiece
+from repro.data.tokenizer import train_sentencepiece
 from repro.errors import ConfigError
 from repro.train.pipeline import load_data, require_path
 
