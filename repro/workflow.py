@@ -302,7 +302,8 @@ class Run:
     def judge_shell(self) -> str:
         """The command of the judging rule: the current judge on the stored measurement."""
         return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} "
-                f"--out {q(self.res)}/{{wildcards.claim}} --rejudge --thresholds {{params.thresholds:q}} --keys {{params.prov:q}} > {{log:q}} 2>&1")
+                f"--out {q(self.res)}/{{wildcards.claim}} --rejudge --thresholds {{params.thresholds:q}} "
+                f"--keys {{params.prov:q}} > {{log:q}} 2>&1")
 
     def pages(self) -> list[str]:
         """The claim pages of this run, and the shared translation model's page when the run builds it."""

@@ -69,9 +69,11 @@ CONFIG_CASES = [
     (_ov("head_pruning", l0={"stretch": [0.1, 1.1]}), ["head_pruning.yaml [tiny]: l0.stretch.0: 0.1"]),
     # threshold bands [lo, hi] in order
     (_ov("activation_checkpointing", judge={"none_slope": [1.15, 0.85]}),
-     ["activation_checkpointing.yaml [tiny]: judge.none_slope: [1.15, 0.85] is not a band [lo, hi]", "lo must be <= hi"]),
+     ["activation_checkpointing.yaml [tiny]: judge.none_slope: [1.15, 0.85] is not a band [lo, hi]",
+      "lo must be <= hi"]),
     (_ov("activation_checkpointing", judge={"sqrt_slope": [0.7, 0.3]}), ["judge.sqrt_slope: [0.7, 0.3] is not a band"]),
-    (_ov("flash_attention", judge={"linear_exponent": [1.2, 0.8]}), ["judge.linear_exponent: [1.2, 0.8] is not a band"]),
+    (_ov("flash_attention", judge={"linear_exponent": [1.2, 0.8]}),
+     ["judge.linear_exponent: [1.2, 0.8] is not a band"]),
     (_ov("flash_attention", judge={"quadratic_exponent": [2.2, 1.6]}), ["judge.quadratic_exponent: [2.2, 1.6]"]),
 ]
 

@@ -5,8 +5,10 @@ whole, so it refuses
 
 - a dirty work tree (tracked changes or untracked files outside the ignored results/ and reports/),
 - a run with mixed commits (its claims measured at more than one commit), judged by another judge than HEAD's
-  (its judge key differs) or with other thresholds than the checkout's config (judge overrides), or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the checkout
-  still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the references);
+  (its judge key differs, whatever the judging commit) or with other thresholds than the checkout's config (judge
+  overrides), or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the
+  checkout still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the
+  references);
   ``--waiver REASON`` accepts a measurement made on a dirty tree, and only that, when its measurement code key is
   HEAD's (not stale; judged here, on a clean tree): a GPU node's copy of the checkout, for one, where the tree had to
   travel without ``references/``. The reason is written beside the claim's results (``published_waiver.json``) and
