@@ -121,6 +121,15 @@ def test_bad_config_names_the_key(tmp_path, config, message):
     assert "invalid configuration" in r.stdout + r.stderr and message in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+def test_a_configfile_naming_a_key_twice_is_refused(tmp_path):
+    """Snakemake's own reading of --configfile keeps the last of a key given twice; the workflow reads the file
+    again and refuses it, naming the file and the key."""
+    (tmp_path / "mine.yaml").write_text("scale: tiny\nclaims: [block_numerics]\nscale: paper\n")
+    r = smk("-n", "--directory", str(tmp_path), "--cores", "1", "--configfile", str(tmp_path / "mine.yaml"))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "mine.yaml: not valid YAML" in out and "duplicate key 'scale'" in out, out[-3000:]
+
+
 def _shell_commands(text: str) -> list[list[str]]:
     """The shell commands of a ``snakemake -n -p`` run, each split as the shell splits it into words."""
     return [shlex.split(line.removeprefix("Shell command: ")) for line in text.splitlines()
