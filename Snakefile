@@ -14,7 +14,8 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config/config.yaml"
 
 
-W = Run(config, workflow.basedir, main_process=workflow.is_main_process, cores=workflow.cores)
+W = Run(config, workflow.basedir, main_process=workflow.is_main_process, cores=workflow.cores,
+        configfiles=workflow.configfiles)
 
 
 include: "workflows/common.smk"

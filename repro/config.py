@@ -14,6 +14,7 @@ the dotted key.
 from __future__ import annotations
 
 import copy
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +22,7 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from repro import registry
+from repro import registry, yamlload
 from repro.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ SCALES = ("tiny", "default", "paper")
 
 def _load_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return yamlload.load(path.read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except yaml.YAMLError as exc:
@@ -65,6 +66,8 @@ def validate(instance: Any, schema: Mapping, where: str) -> Any:
             extra = sorted(set(e.instance) - set(e.schema.get("properties", {})))
             key = ".".join(filter(None, [key if key != "(top level)" else "", extra[0] if extra else ""]))
             raise ConfigError(f"{where}: {key}: unknown key (valid: {', '.join(sorted(e.schema.get('properties', {})))})")
+        if isinstance(e.schema, Mapping) and e.schema.get("x-expected"):  # the schema's own words for what fits
+            raise ConfigError(f"{where}: {key}: {e.instance!r} is not {e.schema['x-expected']}")
         raise ConfigError(f"{where}: {key}: {e.message}")
     return instance
 
@@ -99,7 +102,7 @@ def coerce(value: Any, schema: Mapping | None, root: Mapping | None = None) -> A
     if not isinstance(schema, Mapping):  # no schema below this key (e.g. model.block): plain YAML scalars
         if isinstance(value, str):
             try:
-                parsed = yaml.safe_load(value)
+                parsed = yamlload.load(value)
             except yaml.YAMLError:
                 return value
             return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
@@ -120,7 +123,7 @@ def coerce(value: Any, schema: Mapping | None, root: Mapping | None = None) -> A
         if value in consts or (types <= {"string"} and not consts):
             return value
         try:
-            parsed = yaml.safe_load(value)
+            parsed = yamlload.load(value)
         except yaml.YAMLError:
             return value
         if isinstance(parsed, str) and ("number" in types or "integer" in types):
@@ -153,10 +156,63 @@ def coerce(value: Any, schema: Mapping | None, root: Mapping | None = None) -> A
     return value
 
 
+def _mappings(node: Any, path: str = ""):
+    """(dotted path with a trailing '.', mapping) for every mapping in a parameter tree, lists' items included."""
+    if isinstance(node, Mapping):
+        yield path, node
+        for k, v in node.items():
+            yield from _mappings(v, f"{path}{k}.")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _mappings(v, f"{path}{i}.")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_shapes(params: Mapping, where: str) -> None:
+    """Every claim's model shapes, before anything runs: a ``block`` mapping is a repro.model.BlockConfig (checked
+    by it: heads dividing the width, known keys, choices), and any other mapping giving ``d_model`` and ``n_heads``
+    (the claims' own small stacks) needs whole heads: n_heads dividing d_model (unless head_dim is set), n_kv_heads
+    dividing n_heads."""
+    for path, node in _mappings(params):
+        if path == "block." or path.endswith(".block."):
+            from repro.model.config import BlockConfig  # lazy: repro.model imports torch; only for block mappings
+
+            try:
+                BlockConfig.from_dict(node, prefix=path)
+            except ConfigError as exc:  # the block's own check, given the file and scale here
+                raise ConfigError(f"{where}: {exc}") from None
+            except TypeError as exc:  # e.g. a size given as a list
+                raise ConfigError(f"{where}: {path.rstrip('.')}: {exc}") from None
+            continue
+        d, h, kv = node.get("d_model"), node.get("n_heads"), node.get("n_kv_heads")
+        if _is_int(d) and _is_int(h) and h > 0 and node.get("head_dim") is None and d % h:
+            raise ConfigError(f"{where}: {path}n_heads: {h} must divide d_model={d} (each head gets d_model / "
+                              f"n_heads dimensions)")
+        if _is_int(h) and _is_int(kv) and kv > 0 and h % kv:
+            raise ConfigError(f"{where}: {path}n_kv_heads: {kv} must divide n_heads={h}")
+
+
+def _check_bands(schema: Mapping | None, judge: Any, where: str) -> None:
+    """Each threshold band of the judge (a schema property that is a pair of numbers, [lo, hi]) in order."""
+    props = (((schema or {}).get("properties") or {}).get(JUDGE) or {}).get("properties") or {}
+    for key, sub in props.items():
+        band = isinstance(sub, Mapping) and sub.get("type") == "array" and sub.get("minItems") == 2 \
+            and sub.get("maxItems") == 2 and (sub.get("items") or {}).get("type") == "number"
+        value = judge.get(key) if isinstance(judge, Mapping) else None
+        if band and isinstance(value, list) and len(value) == 2 and value[0] > value[1]:
+            raise ConfigError(f"{where}: judge.{key}: {value} is not a band [lo, hi]: lo must be <= hi "
+                              f"(e.g. {sorted(value)})")
+
+
 def _check_models(name: str, params: Mapping, where: str) -> None:
-    """Model-shape keys (translation.model, translation.lm.model) checked by repro.model.ModelConfig here, at
-    configuration time (the Snakefile's DAG / dry run), not when training starts after the tokenizer is built."""
+    """Model-shape keys checked at configuration time (the Snakefile's DAG / dry run), not when a claim starts
+    building its models: every claim's through :func:`_check_shapes`; the translation models (translation.model,
+    translation.lm.model) whole, by repro.model.ModelConfig, before the tokenizer is built."""
     if name != "translation":
+        _check_shapes(params, where)
         return
     from repro.model.config import ModelConfig  # lazy: repro.model imports torch; keep repro.config light
 
@@ -212,7 +268,9 @@ def validate_thresholds(name: str, scale: str, given: Any) -> dict:
     sub = ((_schema(name) or {}).get("properties") or {}).get(JUDGE)
     if not isinstance(given, Mapping):
         raise ConfigError(f"{name}.yaml [{scale}] judge: expected a mapping of thresholds, got {given!r}")
-    return dict(validate(dict(given), sub, f"{name}.yaml [{scale}] judge") if sub else given)
+    out = dict(validate(dict(given), sub, f"{name}.yaml [{scale}] judge") if sub else given)
+    _check_bands(_schema(name), out, f"{name}.yaml [{scale}]")
+    return out
 
 
 def _full_section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
@@ -293,15 +351,79 @@ def validate_params(name: str, scale: str, params: Any, keep_judge: bool = False
         if JUDGE in (schema.get("properties") or {}) and JUDGE not in params:
             params[JUDGE] = {}  # fills the thresholds' defaults
         validate(params, schema, where)
+        _check_bands(schema, params.get(JUDGE), where)
     _check_models(name, params, where)
     if not keep_judge:
         params.pop(JUDGE, None)
     return params
 
 
+HARDWARE_RULE = "lower-case letters and digits in groups joined by single '-', e.g. node-16-core or gpu-h200-node"
+HARDWARE_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # the schema's pattern (config.schema.yaml: hardware)
+
+
+def check_hardware_id(given: Any, key: str = "hardware") -> str:
+    """A hardware id given by hand (the workflow's ``hardware``, a claim's ``--hardware``): the folder results are
+    filed under and the id inside their files, so the same string both ways; refused naming ``key``, the rule and
+    the id to use."""
+    if isinstance(given, str) and HARDWARE_PATTERN.fullmatch(given):
+        return given
+    use = re.sub(r"[^a-z0-9]+", "-", str(given).lower()).strip("-")
+    raise ConfigError(f"{key}: {given!r} is not a hardware id ({HARDWARE_RULE})" + (f"; use {use!r}" if use else ""))
+
+
+OUTPUT_DIRS = ("results_dir", "reports_dir")
+_NOT_IN_PATHS = "{}\n\r\0"  # Snakemake reads braces in a file pattern as placeholders; the rest no file name holds
+
+
+def check_folders(cfg: Mapping) -> None:
+    """The run's folders: named, free of what Snakemake cannot take in a path, the output folders never inside
+    the references (the committed references are written only by ``python -m repro.report publish``: neither
+    references_dir nor the checkout's own references/) and apart from each other (not the same folder, neither
+    inside the other). Paths resolved against the working directory, where the jobs use them."""
+    for key in (*OUTPUT_DIRS, "references_dir"):
+        value = cfg[key]
+        if not value.strip():
+            raise ConfigError(f"config: {key}: empty; name a folder")
+        bad = [c for c in _NOT_IN_PATHS if c in value]
+        if bad:
+            raise ConfigError(f"config: {key}: {value!r} holds {bad[0]!r}, which a folder name here may not hold "
+                              f"(Snakemake reads braces as placeholders); choose another name")
+    resolved = {key: Path(cfg[key]).resolve() for key in (*OUTPUT_DIRS, "references_dir")}
+    refs = [(resolved["references_dir"], f"references_dir ({cfg['references_dir']!r})"),
+            ((ROOT / "references").resolve(), f"the checkout's references ({ROOT / 'references'})")]
+    for key in OUTPUT_DIRS:
+        for ref, name in refs:
+            if resolved[key] == ref or ref in resolved[key].parents:
+                raise ConfigError(f"config: {key}: {cfg[key]!r} is inside {name}, which runs never write (only "
+                                  f"`python -m repro.report publish` does); choose a folder outside it")
+    res, rep = resolved["results_dir"], resolved["reports_dir"]
+    if res == rep or res in rep.parents or rep in res.parents:
+        raise ConfigError(f"config: reports_dir: {cfg['reports_dir']!r} and results_dir {cfg['results_dir']!r} "
+                          f"overlap (the same folder, or one inside the other); keep results and reports apart, "
+                          f"e.g. results_dir=results reports_dir=reports")
+
+
+def check_config_files(paths) -> None:
+    """The run's config files (the Snakefile's configfile and any --configfile) read again, strictly: Snakemake's
+    own YAML reading keeps the last of a key given twice; here that is refused naming the file and the key."""
+    for path in paths:
+        _load_yaml(Path(path))
+
+
 def load_run_config(config: Mapping) -> dict:
-    """Validate the top-level run config (as Snakemake's ``config``), filling defaults; checks claim ids too."""
-    cfg = validate(coerce(copy.deepcopy(dict(config)), _schema("config")), _schema("config"), "config")
+    """Validate the top-level run config (as Snakemake's ``config``), filling defaults; checks claim ids, the
+    hardware id and the folders too. One claim id given alone (``claims=rank_collapse``) is a one-element list."""
+    cfg = coerce(copy.deepcopy(dict(config)), _schema("config"))
+    if cfg.get("hardware", "auto") != "auto":
+        try:
+            check_hardware_id(cfg["hardware"])
+        except ConfigError as exc:
+            raise ConfigError(f"config: {exc}") from None
+    cfg = validate(cfg, _schema("config"), "config")
+    if isinstance(cfg["claims"], str) and cfg["claims"] != "all":
+        cfg["claims"] = [cfg["claims"]]
+    check_folders(cfg)
     known = registry.claim_ids()
     claims = known if cfg["claims"] == "all" else cfg["claims"]
     bad = [c for c in claims if c not in known]

@@ -8,6 +8,7 @@ import copy
 import inspect
 import json
 import resource
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -16,8 +17,9 @@ from snakemake import benchmark
 from snakemake.exceptions import WorkflowError
 
 from repro import artefacts, provenance, registry
-from repro.bench.fingerprint import hardware_id, slug
-from repro.config import ConfigError, load_run_config, needed, section, thresholds, workflow_spec
+from repro.bench.fingerprint import hardware_id
+from repro.config import (ConfigError, check_config_files, load_run_config, needed, section, thresholds,
+                          workflow_spec)
 from repro.io import ResultsError, check_results
 
 # Snakemake's ``benchmark:`` samples a job's process tree every 0.5 s for its first 15 s, then every 30 s
@@ -63,20 +65,27 @@ def _defines(module_file: Path, name: str) -> bool:
     return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
 
 
+def q(path) -> str:
+    """A path (or value) as one shell word: every path the workflow formats into a command goes through this (or
+    Snakemake's ``{x:q}``), so a space or a ``$(...)`` in a folder name stays part of the name."""
+    return shlex.quote(str(path))
+
+
 class Run:
-    def __init__(self, config: dict, basedir: str | Path, main_process: bool = True, cores: int | None = None):
+    q = staticmethod(q)  # for the .smk files' commands: W.q(path)
+
+    def __init__(self, config: dict, basedir: str | Path, main_process: bool = True, cores: int | None = None,
+                 configfiles=()):
         try:
-            self.cfg = load_run_config(config)
+            check_config_files(configfiles)  # Snakemake's reading keeps the last of a key given twice
+            self.cfg = load_run_config(config)  # the hardware id's form and the folders are checked there
         except ConfigError as exc:
             raise WorkflowError(f"invalid configuration: {exc}") from None
-        self.py = sys.executable
+        self.py = q(sys.executable)  # the interpreter as a shell word (its path may hold a space)
         self.scale = self.cfg["scale"]
         # the hardware id is decided here, once, and passed to every job that records it (--hardware), so the
         # folder a result is filed under and the id inside its files are the same string
         given = self.cfg["hardware"]
-        if given != "auto" and slug(given) != given:
-            raise WorkflowError(f"invalid configuration: hardware: {given!r} is not a hardware id (lower-case letters, "
-                                f"digits and '-'); use {slug(given)!r}")
         self.hw = hardware_id() if given == "auto" else given
         self.res = f"{self.cfg['results_dir']}/{self.hw}/{self.scale}"
         self.rep = f"{self.cfg['reports_dir']}/{self.hw}/{self.scale}"
@@ -258,7 +267,8 @@ class Run:
     def input_args(self, claim: str, inputs) -> str:
         """``--input param=path`` for each declared artefact input (the folder of a model, the tokenizer file)."""
         kinds = {n["param"]: n["artefact"] for n in self.spec(claim)["needs"]}
-        return " ".join(f"--input {k}={artefacts.param_value(v, kinds[k])}" for k, v in inputs.items() if k in kinds)
+        return " ".join(f"--input {q(f'{k}={artefacts.param_value(v, kinds[k])}')}" for k, v in inputs.items()
+                        if k in kinds)
 
     def parts(self, claim: str) -> list[str]:
         """The part ids (``"<i>-of-<n>"``) of a claim whose ``workflow.parts`` splits its training runs into n jobs
@@ -286,13 +296,14 @@ class Run:
         """The command of the measuring rules: ``{params.mode}`` is ``--measure-only`` (rule ``claim``) or ``--part
         <i>-of-<n>`` (rule ``claim_part``, which reuses claim's body); progress goes to the terminal and the log."""
         return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --params {{params.cfg:q}} "
-                f"{{params.inputs}} --out {self.res}/{{wildcards.claim}} --threads {{threads}} --hardware {self.hw} "
-                "--keys {params.prov:q} {params.mode} 2>&1 | tee {log}")
+                f"{{params.inputs}} --out {q(self.res)}/{{wildcards.claim}} --threads {{threads}} --hardware {self.hw} "
+                "--keys {params.prov:q} {params.mode} 2>&1 | tee {log:q}")
 
     def judge_shell(self) -> str:
         """The command of the judging rule: the current judge on the stored measurement."""
-        return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --out {self.res}/{{wildcards.claim}} "
-                f"--rejudge --thresholds {{params.thresholds:q}} --keys {{params.prov:q}} > {{log}} 2>&1")
+        return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} "
+                f"--out {q(self.res)}/{{wildcards.claim}} --rejudge --thresholds {{params.thresholds:q}} "
+                f"--keys {{params.prov:q}} > {{log:q}} 2>&1")
 
     def pages(self) -> list[str]:
         """The claim pages of this run, and the shared translation model's page when the run builds it."""

@@ -6,7 +6,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FLOORS = [
-    {"errors", "registry", "provenance", "kinds", "progress", "rows"},
+    {"errors", "registry", "provenance", "kinds", "progress", "rows", "yamlload"},
     {"config", "io", "verdicts", "judging", "stats", "cli"},
     {"model", "kernels", "data", "quant"},
     {"bench"},

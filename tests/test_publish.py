@@ -35,6 +35,8 @@ def _run(tmp_path: Path, measured: Path, **change) -> Path:
         section, name = key.split("__")
         if section == "keys":
             prov["measured"]["keys"][name] = value
+        elif section == "verdict":  # a top-level field of verdict.json, merged (e.g. one threshold changed)
+            v[name] = {**v[name], **value}
         else:
             prov[section][name] = value
     (dst / "verdict.json").write_text(json.dumps(v))
@@ -67,6 +69,8 @@ def test_publish_copies_a_clean_run_and_renders_it_as_a_reference(tmp_path, meas
 
 @pytest.mark.parametrize("change, message", [
     ({"judged__commit": "b" * 40, "judged__judge_key": "0" * 64}, "another judge than HEAD's"),
+    ({"judged__judge_key": "0" * 64}, "another judge than HEAD's"),  # judged at HEAD, with other thresholds' key
+    ({"verdict__thresholds": {"value_tolerance": 0.5}}, "other thresholds than config/claims/block_numerics.yaml"),
     ({"judged__dirty": True}, "dirty tree"),
     ({"keys__code": "0" * 64}, "measurement code changed since"),
     ({"keys__config": "0" * 64}, "other parameters"),

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -84,10 +85,8 @@ def test_dry_run_reproduce_all_default(tmp_path):
     assert "index" in out and "translation_evaluate" in out  # the whole suite includes the BLEU benchmark
 
 
-def test_a_dry_run_writes_nothing_outside_snakemakes_folder(tmp_path):
-    """Parsing the workflow and a dry run of reproduce_all in a fresh copy of the checkout write and delete nothing
-    (git status --ignored unchanged, apart from Snakemake's own .snakemake/, where the freshness keys live)."""
-    repo = tmp_path / "repo"
+def _fresh_copy(repo: Path) -> Path:
+    """The checkout's files (tracked and untracked, not ignored; no test fixtures) committed in a new repository."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
                            text=True, check=True).stdout.split("\n")
     for f in filter(None, files):
@@ -98,6 +97,29 @@ def test_a_dry_run_writes_nothing_outside_snakemakes_folder(tmp_path):
     subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-qm", "fresh"], cwd=repo, check=True)
+    return repo
+
+
+@pytest.mark.slow  # a real run of one claim (about a minute)
+def test_a_clone_and_folders_with_spaces_run_a_claim(tmp_path):
+    """A clone whose path holds a space, with results and reports folders holding one: one claim measured,
+    judged and paged, every file where the folders say."""
+    repo = _fresh_copy(tmp_path / "my clone")
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "claim_block_numerics",
+                        "--cores", "2", "--config", "scale=tiny", "hardware=test-hw", "results_dir=my results",
+                        "reports_dir=my reports"], cwd=repo, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "PYTHONPATH": str(repo)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    verdict = json.loads((repo / "my results/test-hw/tiny/block_numerics/verdict.json").read_text())
+    assert verdict["verdict"] == "not_applicable" and verdict["hardware"] == "test-hw"
+    assert "Verdict" in (repo / "my reports/test-hw/tiny/block_numerics.md").read_text()
+    assert not (repo / "my").exists()  # no path split at its space
+
+
+def test_a_dry_run_writes_nothing_outside_snakemakes_folder(tmp_path):
+    """Parsing the workflow and a dry run of reproduce_all in a fresh copy of the checkout write and delete nothing
+    (git status --ignored unchanged, apart from Snakemake's own .snakemake/, where the freshness keys live)."""
+    repo = _fresh_copy(tmp_path / "repo")
     before = subprocess.run(["git", "status", "--ignored", "--porcelain"], cwd=repo, capture_output=True,
                             text=True).stdout
     r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "reproduce_all", "--cores", "2"], cwd=repo,
@@ -126,11 +148,45 @@ def test_narrowed_run_skips_the_translation_benchmark(tmp_path):
     (["hardware=Bad Id!"], "hardware"),
     (["overrides={block_numerics: {deep_stack: {steps: 0}}}"], "deep_stack.steps"),
     (["overrides={nonexistent: {a: 1}}"], "overrides.nonexistent"),
+    (["results_dir=references/results"], "results_dir: 'references/results' is inside references_dir"),
+    (["reports_dir=results/pages"], "reports_dir: 'results/pages' and results_dir 'results' overlap"),
+    (["claims=3"], "claims: 3 is not a list of claim ids, e.g. claims=[rank_collapse]"),
 ])
 def test_bad_config_names_the_key(tmp_path, config, message):
     r = smk("-n", "--directory", str(tmp_path), "--config", *config)
     assert r.returncode != 0
     assert "invalid configuration" in r.stdout + r.stderr and message in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_a_configfile_naming_a_key_twice_is_refused(tmp_path):
+    """Snakemake's own reading of --configfile keeps the last of a key given twice; the workflow reads the file
+    again and refuses it, naming the file and the key."""
+    (tmp_path / "mine.yaml").write_text("scale: tiny\nclaims: [block_numerics]\nscale: paper\n")
+    r = smk("-n", "--directory", str(tmp_path), "--cores", "1", "--configfile", str(tmp_path / "mine.yaml"))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "mine.yaml: not valid YAML" in out and "duplicate key 'scale'" in out, out[-3000:]
+
+
+def _shell_commands(text: str) -> list[list[str]]:
+    """The shell commands of a ``snakemake -n -p`` run, each split as the shell splits it into words."""
+    return [shlex.split(line.removeprefix("Shell command: ")) for line in text.splitlines()
+            if line.startswith("Shell command: ") and line != "Shell command: None"]  # None: a target rule
+
+
+def test_folders_with_spaces_and_shell_syntax_reach_the_jobs_as_one_word(tmp_path):
+    """Output folders are quoted in every command: a space stays inside the path and a ``$(...)`` is a name, not
+    a command (the dry run prints the commands; the shell splits them as the jobs would run)."""
+    r = smk("claim_block_numerics", "-n", "-p", "--directory", str(tmp_path), "--cores", "1", "--config",
+            "scale=tiny", "hardware=test-hw", "results_dir=my results", "reports_dir=r$(touch INJECTED)")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    commands = _shell_commands(r.stdout)
+    assert len(commands) == 3, r.stdout[-3000:]  # measure, judge, page
+    res, page = "my results/test-hw/tiny/block_numerics", "r$(touch INJECTED)/test-hw/tiny/block_numerics.md"
+    words = [w for c in commands for w in c]
+    assert words.count(res) == 3 and page in words, commands  # --out twice, --results once; the page one word
+    assert all(c[0] == sys.executable for c in commands), commands  # the interpreter, one word too
+    assert not list(tmp_path.rglob("INJECTED")) and not (ROOT / "INJECTED").exists()
+    assert not (tmp_path / "my results").exists()  # a dry run writes no results
 
 
 def _git_status() -> str:

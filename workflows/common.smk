@@ -134,8 +134,8 @@ rule claim_report:
         runtime=10,
         mem_mb=2000,
     shell:
-        f"{W.py} -m repro.report claim --claim {{wildcards.claim}} --results {W.res}/{{wildcards.claim}} "
-        f"--page {{output.page}} --figures {{output.figures}} > {{log}} 2>&1"
+        f"{W.py} -m repro.report claim --claim {{wildcards.claim}} --results {W.q(W.res)}/{{wildcards.claim}} "
+        f"--page {{output.page:q}} --figures {{output.figures:q}} > {{log:q}} 2>&1"
 
 
 rule index:
@@ -151,8 +151,9 @@ rule index:
     conda:
         "../environment.yml"
     shell:
-        f"{W.py} -m repro.report index --results-root {W.cfg['results_dir']} --reports-root {W.cfg['reports_dir']} "
-        f"--hardware {W.hw} --scale {W.scale} --out {{output}} > {{log}} 2>&1"
+        f"{W.py} -m repro.report index --results-root {W.q(W.cfg['results_dir'])} "
+        f"--reports-root {W.q(W.cfg['reports_dir'])} --hardware {W.hw} --scale {W.scale} --out {{output:q}} "
+        f"> {{log:q}} 2>&1"
 
 
 rule matrix:
@@ -175,5 +176,5 @@ rule matrix:
         runtime=10,
         mem_mb=2000,
     shell:
-        f"{W.py} -m repro.report.matrix --results {W.cfg['results_dir']} --reports {W.cfg['reports_dir']} "
-        f"--references {W.refs} --out {{output.md}} > {{log}} 2>&1"
+        f"{W.py} -m repro.report.matrix --results {W.q(W.cfg['results_dir'])} --reports {W.q(W.cfg['reports_dir'])} "
+        f"--references {W.q(W.refs)} --out {{output.md:q}} > {{log:q}} 2>&1"

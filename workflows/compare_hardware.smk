@@ -32,8 +32,8 @@ rule compare_hardware_tables:
         runtime=10,
         mem_mb=2000,
     shell:
-        f"{W.py} -m repro.report.compare --results {W.cfg['results_dir']} --scale {W.scale} --out {{output}} "
-        f"--reference {W.hw} --references {W.refs} > {{log}} 2>&1"
+        f"{W.py} -m repro.report.compare --results {W.q(W.cfg['results_dir'])} --scale {W.scale} --out {{output:q}} "
+        f"--reference {W.hw} --references {W.q(W.refs)} > {{log:q}} 2>&1"
 
 
 rule compare_hardware:

@@ -20,7 +20,7 @@ ROOT = Path(workflow.basedir).parent
 configfile: f"{ROOT}/config/config.yaml"
 
 
-W = Run(config, ROOT, main_process=False)  # reads results only: no stamps written, no results checked
+W = Run(config, ROOT, main_process=False, configfiles=workflow.configfiles)  # reads results only: no stamps written
 # the landing page's HTML, rendered into report/workflow.rst (its Jinja template sees only the config)
 config["_report_landing"] = landing_html(W.cfg["results_dir"], W.cfg["reports_dir"], W.hw, W.scale, W.refs)
 

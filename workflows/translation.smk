@@ -45,7 +45,7 @@ rule translation_tokenizer:
         runtime=30,
         mem_mb=4000,
     shell:
-        f"{W.py} -m repro.train.prepare --params {{params.cfg:q}} --out {TRANSLATION_DIR} 2>&1 | tee {{log}}"
+        f"{W.py} -m repro.train.prepare --params {{params.cfg:q}} --out {W.q(TRANSLATION_DIR)} 2>&1 | tee {{log:q}}"
 
 
 rule translation_train:
@@ -71,8 +71,8 @@ rule translation_train:
         runtime=_TR_RUNTIME,
         mem_mb=8000,
     shell:
-        f"{W.py} -m repro.train.train --params {{params.cfg:q}} --tokenizer {{input.tokenizer}} "
-        f"--out {TRANSLATION_DIR} --work {TRANSLATION_DIR}/state 2>&1 | tee {{log}}"
+        f"{W.py} -m repro.train.train --params {{params.cfg:q}} --tokenizer {{input.tokenizer:q}} "
+        f"--out {W.q(TRANSLATION_DIR)} --work {W.q(TRANSLATION_DIR)}/state 2>&1 | tee {{log:q}}"
 
 
 rule lm_train:
@@ -97,8 +97,8 @@ rule lm_train:
         runtime=_LM_RUNTIME,
         mem_mb=8000,
     shell:
-        f"{W.py} -m repro.train.train --lm --params {{params.cfg:q}} --tokenizer {{input.tokenizer}} "
-        f"--out {LM_DIR} --work {LM_DIR}/state 2>&1 | tee {{log}}"
+        f"{W.py} -m repro.train.train --lm --params {{params.cfg:q}} --tokenizer {{input.tokenizer:q}} "
+        f"--out {W.q(LM_DIR)} --work {W.q(LM_DIR)}/state 2>&1 | tee {{log:q}}"
 
 
 rule translation_evaluate:
@@ -125,8 +125,9 @@ rule translation_evaluate:
         runtime=60,
         mem_mb=8000,
     shell:
-        f"{W.py} -m repro.train.evaluate --params {{params.cfg:q}} --scale {W.scale} --hardware {W.hw} --model {TRANSLATION_DIR} "
-        f"--lm {LM_DIR} --out {W.res}/translation --keys {{params.prov:q}} --measure-only 2>&1 | tee {{log}}"
+        f"{W.py} -m repro.train.evaluate --params {{params.cfg:q}} --scale {W.scale} --hardware {W.hw} "
+        f"--model {W.q(TRANSLATION_DIR)} --lm {W.q(LM_DIR)} --out {W.q(W.res)}/translation --keys {{params.prov:q}} "
+        f"--measure-only 2>&1 | tee {{log:q}}"
 
 
 rule translation_verdict:
@@ -151,8 +152,8 @@ rule translation_verdict:
         runtime=10,
         mem_mb=2000,
     shell:
-        f"{W.py} -m repro.train.evaluate --scale {W.scale} --out {W.res}/translation --rejudge "
-        f"--thresholds {{params.thresholds:q}} --keys {{params.prov:q}} > {{log}} 2>&1"
+        f"{W.py} -m repro.train.evaluate --scale {W.scale} --out {W.q(W.res)}/translation --rejudge "
+        f"--thresholds {{params.thresholds:q}} --keys {{params.prov:q}} > {{log:q}} 2>&1"
 
 
 rule translation_model:
@@ -192,5 +193,5 @@ rule translation_report:
         runtime=10,
         mem_mb=2000,
     shell:
-        f"{W.py} -m repro.report claim --claim translation --results {W.res}/translation "
-        f"--page {{output.page}} --figures {{output.figures}} > {{log}} 2>&1"
+        f"{W.py} -m repro.report claim --claim translation --results {W.q(W.res)}/translation "
+        f"--page {{output.page:q}} --figures {{output.figures:q}} > {{log:q}} 2>&1"

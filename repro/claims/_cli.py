@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Callable
 
 from repro import config, provenance
-from repro.bench.fingerprint import fingerprint, slug
+from repro.bench.fingerprint import fingerprint
 from repro.io import atomic_write_json, remove_stale_temps, write_measurement
-from repro.cli import load_params, positive_int, setup_logging  # noqa: F401 (setup_logging: also used by claims)
+from repro.cli import (load_keys, load_params, out_folder, positive_int,  # noqa: F401 (setup_logging: claims')
+                       setup_logging)
 # the judging machinery (judge-side: a change there re-judges, never re-measures), re-exported for the claims' tests
 from repro.judging import (judge_context, judge_rows, judge_stored, load_judge, load_thresholds,  # noqa: F401
                            now, rejudge, run_and_judge)
@@ -96,7 +97,12 @@ def main(claim: str, run: Callable, argv=None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     started = now()
-    keys = json.loads(args.keys) if args.keys else None
+    keys = load_keys(parser, args.keys)
+    if args.hardware:
+        try:
+            config.check_hardware_id(args.hardware, "--hardware")
+        except config.ConfigError as exc:
+            parser.error(str(exc))
     thresholds = load_thresholds(parser, claim, args.scale, args.thresholds)
     if args.rejudge:
         rejudge(claim, args.out, args.scale, thresholds, judge_key=(keys or {}).get("judge"))
@@ -108,8 +114,6 @@ def main(claim: str, run: Callable, argv=None) -> int:
     if keys is None:
         needs = tuple(n["artefact"] for n in config.needed(config.workflow_spec(claim, args.scale), params))
         keys = provenance.claim_keys(claim, key_params, needs, thresholds)
-    if args.hardware and slug(args.hardware) != args.hardware:
-        parser.error(f"--hardware: {args.hardware!r} is not a hardware id; use {slug(args.hardware)!r}")
     if args.threads:
         import torch  # lazy: --help and --rejudge need no torch (seconds to import)
         torch.set_num_threads(args.threads)
@@ -131,7 +135,8 @@ def _parser(claim: str, run: Callable, module) -> argparse.ArgumentParser:
                                      epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", required=True, choices=config.SCALES,
                         help="which section of config/claims/<claim>.yaml to run (values below)")
-    parser.add_argument("--out", required=True, type=Path, help="results folder for this claim")
+    parser.add_argument("--out", required=True, type=out_folder,
+                        help="results folder for this claim (a folder, or a path not there yet)")
     parser.add_argument("--params", help="JSON parameters, all of them (default: config/claims/<claim>.yaml at "
                                          "--scale; what the Snakefile passes)")
     parser.add_argument("--input", action="append", default=[], metavar="PARAM=PATH",

@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-import yaml
+from repro import yamlload
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "docs" / "claim_template"
@@ -40,7 +40,7 @@ def scaffold(claim: str, code: str, title: str, root: str | Path = ROOT) -> list
         raise SystemExit(f"claim id {claim!r}: use snake_case (letters, digits, '_')")
     if not re.fullmatch(r"C[1-9][0-9]*", code):
         raise SystemExit(f"--code {code!r}: use C<number>")
-    data = yaml.safe_load((root / REGISTRY).read_text())
+    data = yamlload.load((root / REGISTRY).read_text())
     if claim in data["claims"] or code in {c["code"] for c in data["claims"].values()}:
         raise SystemExit(f"{claim} / {code}: already in the registry")
     fill = {"__CLAIM__": claim, "__CODE__": code, "__TITLE__": title.replace('"', "'")}

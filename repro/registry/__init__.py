@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from repro import yamlload
 from repro.errors import RegistryError
 
 __all__ = [
@@ -193,7 +194,7 @@ def _load_cached(path: str) -> dict:
         raise RegistryError(f"registry file not found: {p}")
     with p.open(encoding="utf-8") as fh:
         try:
-            data = yaml.safe_load(fh)
+            data = yamlload.load(fh)
         except yaml.YAMLError as exc:
             raise RegistryError(f"registry file {p}: YAML error: {exc}") from exc
     try:

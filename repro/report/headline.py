@@ -15,9 +15,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
-from repro import registry
+from repro import registry, yamlload
 
 VERDICT_ORDER = {False: 0, None: 1, True: 2}
 # the order scales are listed in wherever several are shown: the default first, the smoke test (tiny) last
@@ -177,7 +175,7 @@ HEADLINES = Path(__file__).resolve().parents[1] / "registry" / "headlines.yaml"
 
 @lru_cache(maxsize=1)
 def _headlines() -> dict:
-    return yaml.safe_load(HEADLINES.read_text()) or {} if HEADLINES.is_file() else {}
+    return yamlload.load(HEADLINES.read_text()) or {} if HEADLINES.is_file() else {}
 
 
 def headline_name(claim: str | None, check: dict) -> str:

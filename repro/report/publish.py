@@ -5,8 +5,10 @@ whole, so it refuses
 
 - a dirty work tree (tracked changes or untracked files outside the ignored results/ and reports/),
 - a run with mixed commits (its claims measured at more than one commit), judged by another judge than HEAD's
-  (its judge key differs), or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the checkout
-  still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the references);
+  (its judge key differs, whatever the judging commit) or with other thresholds than the checkout's config (judge
+  overrides), or measured or judged on a dirty tree (a run measured at an older commit whose measurement code the
+  checkout still has, then re-judged by HEAD's judges, is one run: that is how a judge change reaches the
+  references);
   ``--waiver REASON`` accepts a measurement made on a dirty tree, and only that, when its measurement code key is
   HEAD's (not stale; judged here, on a clean tree): a GPU node's copy of the checkout, for one, where the tree had to
   travel without ``references/``. The reason is written beside the claim's results (``published_waiver.json``) and
@@ -82,6 +84,15 @@ def default_config_key(claim: str, scale: str) -> str | None:
     return checkout_config_key(claim, scale)
 
 
+def _other_thresholds(used, defaults: dict) -> str:
+    """The thresholds a verdict was judged with (verdict.json's ``thresholds``) that differ from the checkout's
+    defaults, as text ("" when none differ; a verdict that does not record them is left to its judge key)."""
+    if not isinstance(used, dict):
+        return ""
+    keys = sorted(k for k in set(used) | set(defaults) if used.get(k) != defaults.get(k))
+    return ", ".join(f"{k}: {used.get(k)!r} instead of {defaults.get(k)!r}" for k in keys)
+
+
 def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None,
               waiver: str | None = None) -> list[str]:
     """The claims (and the translation benchmark) of one run folder, after checking each can be published;
@@ -103,7 +114,11 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
         commits.setdefault(str(measured.get("commit"))[:7], []).append(claim)
         judge_now = provenance.judge_key(provenance.current_code(claim, keys.get("needs"))["judge_code"],
                                          config.thresholds(claim, scale))
-        if judged.get("commit") != head and judged.get("judge_key") != judge_now:
+        other = _other_thresholds(v.get("thresholds"), config.thresholds(claim, scale))
+        if other:  # judged with overridden thresholds: whatever the commit, not the checkout's verdict
+            problems.append(f"{claim}: judged with other thresholds than config/claims/{claim}.yaml [{scale}] "
+                            f"({other}): re-judge it with the defaults (reproduce_all without judge overrides)")
+        elif judged.get("judge_key") != judge_now:  # another judge's code or thresholds, at any commit
             problems.append(f"{claim}: judged at {str(judged.get('commit'))[:7]} by another judge than HEAD's "
                             f"({head[:7]}): re-judge it (reproduce_all runs only the claim_verdict jobs)")
         elif judged.get("dirty") or (measured.get("dirty") and not waiver):

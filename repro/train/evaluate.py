@@ -23,7 +23,7 @@ import torch
 from repro import provenance
 from repro.bench.fingerprint import fingerprint
 from repro.io import metric, write_measurement
-from repro.cli import add_params_arguments, load_params, setup_logging
+from repro.cli import add_params_arguments, load_keys, load_params, out_folder, setup_logging
 from repro.judging import load_thresholds, rejudge
 from repro.train.bleu import bleu_report, bootstrap_se
 from repro.train.decode import DecodeConfig
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     add_params_arguments(ap, CLAIM)
     ap.add_argument("--model", type=Path, help="model folder (checkpoint_last.pt)")
     ap.add_argument("--lm", type=Path, default=None, help="LM folder, to report its validation perplexity")
-    ap.add_argument("--out", required=True, type=Path, help="results folder")
+    ap.add_argument("--out", required=True, type=out_folder, help="results folder (a folder, or a path not there yet)")
     ap.add_argument("--thresholds", default=None, metavar="JSON",
                     help="the judge's thresholds (default: the judge: part of config/claims/translation.yaml)")
     ap.add_argument("--measure-only", action="store_true", help="write the measurement, not the verdict")
@@ -116,15 +116,16 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     setup_logging()
     thresholds = load_thresholds(ap, CLAIM, a.scale, a.thresholds)
+    keys = load_keys(ap, a.keys)
     if a.rejudge:
-        rejudge(CLAIM, a.out, a.scale, thresholds, judge_key=(json.loads(a.keys) if a.keys else {}).get("judge"))
+        rejudge(CLAIM, a.out, a.scale, thresholds, judge_key=(keys or {}).get("judge"))
         return 0
     if a.model is None:
         ap.error("--model is required (unless --rejudge)")
     params = load_params(ap, CLAIM, a.scale, a.params)
     a.out.mkdir(parents=True, exist_ok=True)
     t0, started = time.time(), datetime.now(timezone.utc).isoformat(timespec="seconds")
-    keys = json.loads(a.keys) if a.keys else provenance.artefact_keys(
+    keys = keys or provenance.artefact_keys(
         "translation_evaluate", json.loads(a.params) if a.params else params, thresholds)
     rows, context = evaluate(params, a.scale, a.model, a.out, a.lm)
     write_measurement(a.out, claim=CLAIM, scale=a.scale, metrics=rows, config=params, keys=keys, context=context,
