@@ -101,6 +101,36 @@ def test_measure_and_judge_keys_follow_the_code(tmp_path):
     assert json.loads((res / "config.json").read_text())["config"]["chain_depth"] == 12
 
 
+@pytest.mark.slow  # over 20 s: the second stage (scripts/test_slow.sh, run by .ci/run)
+def test_a_data_module_edit_retrains_the_model_and_a_rewrapped_docstring_plans_nothing(tmp_path):
+    """After a complete (narrowed) tiny run: a statement added to the batching code plans the shared models again
+    and the claim built on them; comments and a rewrapped docstring plan nothing."""
+    src = _copy_tree(tmp_path)
+    (src / "data").symlink_to(ROOT / "data")  # the committed corpus, read only
+    env = {**os.environ, "PYTHONPATH": str(src)}
+
+    def smk(*args):
+        return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(src / "Snakefile"), "reproduce_all",
+                               "--cores", "2", "--config", "scale=tiny", "hardware=fresh-hw", "claims=[layer_pruning]",
+                               f"references_dir={src / 'references'}", *args],
+                              cwd=src, env=env, capture_output=True, text=True, timeout=900)
+
+    r = smk()
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = smk("-n")
+    assert r.returncode == 0 and not _jobs(r.stdout), r.stdout[-2000:]
+    judge = src / "repro/judges/layer_pruning.py"
+    judge.write_text(judge.read_text().replace('"""', '"""(Rewrapped by the test.)\n', 1) + "\n# a comment\n")
+    batching = src / "repro/data/batching.py"
+    batching.write_text("# a comment the test added\n" + batching.read_text())
+    r = smk("-n")
+    assert r.returncode == 0 and not _jobs(r.stdout), r.stdout[-2000:]
+    batching.write_text(batching.read_text() + "\n_edited_by_the_test = True\n")
+    r = smk("-n")
+    jobs = set(_jobs(r.stdout))
+    assert r.returncode == 0 and {"translation_train", "lm_train", "claim", "claim_verdict"} <= jobs, r.stdout[-3000:]
+
+
 def test_closure_follows_imports_and_stops_at_the_judge_side():
     files = {p.relative_to(ROOT).as_posix() for p in provenance.module_closure(("repro.claims.block_numerics",))}
     assert {"repro/claims/block_numerics.py", "repro/model/block.py", "repro/io.py",
