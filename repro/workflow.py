@@ -290,9 +290,11 @@ class Run:
                 "--keys {params.prov:q} {params.mode} 2>&1 | tee {log}")
 
     def judge_shell(self) -> str:
-        """The command of the judging rule: the current judge on the stored measurement."""
-        return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} --out {self.res}/{{wildcards.claim}} "
-                f"--rejudge --thresholds {{params.thresholds:q}} --keys {{params.prov:q}} > {{log}} 2>&1")
+        """The command of the judging rule: the current judge on the stored measurement (repro.judging's command
+        line: it imports neither torch nor the claim's measurement module)."""
+        return (f"{self.py} -m repro.judging --claim {{wildcards.claim}} --scale {self.scale} "
+                f"--out {self.res}/{{wildcards.claim}} --thresholds {{params.thresholds:q}} --keys {{params.prov:q}} "
+                f"> {{log}} 2>&1")
 
     def pages(self) -> list[str]:
         """The claim pages of this run, and the shared translation model's page when the run builds it."""
