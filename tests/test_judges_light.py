@@ -108,3 +108,21 @@ def test_a_judge_names_the_recorded_torch_not_its_own(tmp_path):
         setups[version] = next(r["this_run"] for r in verdict["setup"] if r["aspect"] == "implementations")
     assert setups["9.9.9-recorded"].startswith("PyTorch 9.9.9-recorded: "), setups
     assert setups[None].startswith("PyTorch (version not recorded): "), setups
+
+
+def test_a_judges_files_hold_no_measurement_code():
+    """What a judge's key hashes (its module and what it imports) is judge-side code and the claim's shared names
+    only, so editing measurement code never re-judges and editing a judge-only name never re-measures; the shared
+    names are in both (honestly: a change there measures again and re-judges)."""
+    from repro import provenance
+
+    measurement = tuple(f"repro/{m.split('.')[1]}" for m in MEASUREMENT[1:]) + ("repro/stats.py",)
+    for claim in [*CLAIMS, "translation"]:
+        judge = {p.relative_to(ROOT).as_posix()
+                 for p in provenance.module_closure((provenance.judge_module(claim),), stop=provenance.NOT_CODE)}
+        assert not sorted(f for f in judge if f.startswith(measurement)), claim
+        if claim == "translation":
+            continue
+        measure = {p.relative_to(ROOT).as_posix() for p in provenance.module_closure((f"repro.claims.{claim}",))}
+        assert f"repro/vocabulary/{claim}.py" in judge & measure, claim
+        assert not {"repro/intervals.py", "repro/verdicts.py", f"repro/judges/{claim}.py"} & measure, claim
