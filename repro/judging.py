@@ -1,25 +1,34 @@
 """Judging stored measurements: the one path from a claim's rows to its verdict.json (docs/verdicts.md).
 
-``judge_stored`` reads a measurement (metrics.csv, config.json, measured.json), imports the claim's judge
-(``repro.judges.<id>``, by name: no measurement imports its judge) and calls it with one signature,
+``judge_stored`` reads a measurement (metrics.csv, config.json, fingerprint.json, measured.json), imports the claim's
+judge (``repro.judges.<id>``, by name: no measurement imports its judge) and calls it with one signature,
 ``judge(rows, thresholds, context)``: ``thresholds`` are the CURRENT ``judge:`` part of config/claims/<id>.yaml (or
 what the workflow passes, overrides applied), never values stored with the measurement; ``context`` is
-:func:`judge_context`. ``rejudge`` writes verdict.json with the thresholds used. The claims' command line
-(repro.claims._cli: ``--rejudge``, and judging after measuring), the translation benchmark (repro.train.evaluate)
-and the tests use it. Judge-side (repro.provenance.JUDGE_SIDE).
+:func:`judge_context`. ``rejudge`` writes verdict.json with the thresholds used.
+
+    python -m repro.judging --claim <id> --scale S --out DIR [--thresholds JSON] [--keys JSON]
+
+is the workflow's claim_verdict job (and ``--rejudge`` of a claim's command line, repro.claims._cli, is the same).
+It imports neither torch nor any measurement module: a judge meets the measurement only in its result files
+(tests/test_judges_light.py), so the versions and thread counts a verdict names are the ones fingerprint.json
+recorded, never the judging process's. The translation benchmark (repro.train.evaluate) and the tests use it too.
+Judge-side (repro.provenance.JUDGE_SIDE).
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import logging
 import math
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from repro import config, provenance
-from repro.cli import load_json_option
+from repro import config, provenance, registry
+from repro.cli import load_json_option, setup_logging
+from repro.errors import ConfigError
 from repro.io import read_metrics, write_verdict
 
 log = logging.getLogger("repro")
@@ -30,6 +39,13 @@ def load_thresholds(parser, claim: str, scale: str, text: str | None) -> dict:
     the schema's ``judge`` part, or the ``judge:`` part of config/claims/<claim>.yaml at ``scale``."""
     return load_json_option(parser, "--thresholds", text, lambda t: config.validate_thresholds(claim, scale, t),
                             lambda: config.thresholds(claim, scale))
+
+
+def add_thresholds_argument(parser: argparse.ArgumentParser) -> None:
+    """``--thresholds JSON`` (read by :func:`load_thresholds`): this command line's and the claims'."""
+    parser.add_argument("--thresholds", default=None, metavar="JSON",
+                        help="the judge's thresholds (the judge: part of config/claims/<claim>.yaml at --scale, "
+                             "which is the default; what the workflow passes, overrides applied)")
 
 
 def now() -> str:
@@ -62,13 +78,16 @@ def rejudge(claim: str, out: Path, scale: str, thresholds: dict | None = None, j
     return verdict
 
 
-def judge_context(scale: str, params: dict, measured: dict) -> dict:
+def judge_context(scale: str, params: dict, measured: dict, fingerprint: dict | None = None) -> dict:
     """What a judge receives beside the rows and thresholds: the scale, the measured parameters (config.json), the
-    hardware id, the device the measurement ran on (None when it did not record one) and everything else the
-    measurement recorded in measured.json's ``context`` (e.g. the machine's ``load``)."""
-    recorded = dict(measured.get("context") or {})
+    hardware id, the device the measurement ran on (None when it did not record one), everything else the
+    measurement recorded in measured.json's ``context`` (e.g. the machine's ``load``), and from its fingerprint.json
+    the ``software`` it ran with ({package: version}; {} when none is recorded) and ``torch_threads`` (None for a
+    result measured before it was recorded)."""
+    recorded, fingerprint = dict(measured.get("context") or {}), fingerprint or {}
     return {**recorded, "scale": scale, "params": params, "hardware": measured.get("hardware"),
-            "device": recorded.get("device")}
+            "device": recorded.get("device"), "software": dict(fingerprint.get("software") or {}),
+            "torch_threads": fingerprint.get("torch_threads")}
 
 
 def load_judge(claim: str) -> Callable:
@@ -80,19 +99,25 @@ def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: 
                thresholds: dict | None = None, **context) -> dict:
     """The claim's judge on ``rows`` (tests, notebooks): ``params`` default to config/claims/<claim>.yaml at
     ``scale`` (what the rows were measured with), ``thresholds`` to its ``judge:`` part, and ``context`` adds what a
-    measurement records (device, hardware, load, ...)."""
+    measurement records (device, hardware, load, ...) and its fingerprint.json (``software``, ``torch_threads``:
+    :func:`judge_context`)."""
     params = config.section(claim, scale) if params is None else params
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
-    ctx = {"device": None, "hardware": None, **context, "scale": scale, "params": params}
+    ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, **context, "scale": scale,
+           "params": params}
     return load_judge(claim)(rows, dict(thresholds), ctx)
 
 
 def run_and_judge(claim: str, run: Callable, params: dict, scale: str, out, thresholds: dict | None = None,
                   **context) -> tuple[list[dict], dict]:
     """Measure with ``run`` and judge the rows in one process (tests, notebooks): (rows, verdict). Nothing is
-    written beyond what ``run`` writes."""
+    written beyond what ``run`` writes; the software and torch threads are this process's (it measured), as
+    fingerprint.json would record them."""
     rows, recorded = run(params, scale, out)
-    return rows, judge_rows(claim, rows, scale=scale, params=params, thresholds=thresholds, **{**recorded, **context})
+    torch = sys.modules.get("torch")  # loaded by the measurement, if at all: judging never imports it
+    here = {"software": provenance.software(), "torch_threads": torch.get_num_threads() if torch else None}
+    return rows, judge_rows(claim, rows, scale=scale, params=params, thresholds=thresholds,
+                            **{**here, **recorded, **context})
 
 
 def judge_stored(claim: str, out: Path, scale: str, thresholds: dict | None = None) -> tuple[dict, dict, dict]:
@@ -121,9 +146,44 @@ def judge_stored(claim: str, out: Path, scale: str, thresholds: dict | None = No
         raise SystemExit(f"--rejudge: {out / 'measured.json'} is missing: run the claim first")
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
     params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
-    verdict = load_judge(claim)(rows, dict(thresholds), judge_context(scale, params, measured))
+    fingerprint = json.loads((out / "fingerprint.json").read_text())
+    verdict = load_judge(claim)(rows, dict(thresholds), judge_context(scale, params, measured, fingerprint))
     return verdict, measured, stored
 
 
 def provenance_commit() -> str | None:
     return provenance.git_commit()["commit"]
+
+
+def main(argv=None) -> int:
+    """``python -m repro.judging``: judge one stored measurement with the checkout's judge (:func:`rejudge`)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m repro.judging",
+        description="Judge a claim's stored measurement (metrics.csv, config.json, fingerprint.json, measured.json in "
+                    "--out) with this checkout's judge (repro/judges/<claim>.py) and the current thresholds, and "
+                    "write verdict.json; nothing is measured and neither torch nor the measurement code is imported "
+                    "(the workflow's claim_verdict job; the same as python -m repro.claims.<claim> --rejudge).")
+    parser.add_argument("--claim", required=True, choices=sorted({*registry.implemented_claims(), "translation"}),
+                        help="the claim (or the translation benchmark) whose measurement --out holds")
+    parser.add_argument("--scale", required=True, choices=config.SCALES, help="the scale it was measured at")
+    parser.add_argument("--out", required=True, type=Path, help="the claim's results folder")
+    add_thresholds_argument(parser)
+    parser.add_argument("--keys", default=None, metavar="JSON",
+                        help="the provenance keys the workflow computed ({\"judge\": ...}: the judge key verdict.json "
+                             "records); default: computed here")
+    args = parser.parse_args(argv)
+    setup_logging()
+    keys = load_json_option(parser, "--keys", args.keys, _keys_object, dict)
+    thresholds = load_thresholds(parser, args.claim, args.scale, args.thresholds)
+    rejudge(args.claim, args.out, args.scale, thresholds, judge_key=keys.get("judge"))
+    return 0
+
+
+def _keys_object(given) -> dict:
+    if not isinstance(given, dict):
+        raise ConfigError(f"expected a JSON object of provenance keys (e.g. {{\"judge\": ...}}), got {given!r}")
+    return given
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

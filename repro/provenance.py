@@ -49,7 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # judge-side modules: changing them re-judges, never re-measures (their code decides verdicts, it measures nothing);
 # a path ending in "/" is a package (every file under it)
-JUDGE_SIDE = ("repro/verdicts.py", "repro/judging.py", "repro/registry/__init__.py", "repro/judges/")
+JUDGE_SIDE = ("repro/verdicts.py", "repro/judging.py", "repro/intervals.py", "repro/registry/__init__.py",
+              "repro/judges/")
 # neither measurement nor judge: this module (the keys themselves)
 NOT_CODE = ("repro/provenance.py",)
 PUBLISHED = "repro/registry/published.yaml"

@@ -1,13 +1,12 @@
-"""Shared statistics of measurements and verdicts: slope fits, mean and spread over seeds, confidence intervals.
+"""Statistics the measurements compute: slope fits (a fitted exponent is a measured row), mean and spread over
+seeds.
 
-Pure functions, no I/O. Measurement code uses them too (a fitted exponent is a measured row), so they live apart
-from the verdict contract (repro.verdicts, judge-side: changing it re-judges only); the decisions made from these
-intervals are repro.verdicts' (``decide_interval``, ``decide_within``, ``both``).
+Pure functions, no I/O; measurement side (part of the claims' code keys). The confidence intervals a judge decides
+with are judge-side, in repro.intervals.
 """
 from __future__ import annotations
 
 import math
-import statistics
 
 import numpy as np
 
@@ -31,48 +30,3 @@ def mean_std(values) -> tuple[float, float]:
     """(mean, sample std with ddof=1) of ``values``; the std is 0.0 for a single value."""
     v = np.asarray(values, float)
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
-
-
-# two-sided 95% Student-t quantiles t_{0.975, df} (df = 1..30; the normal 1.96 beyond). A table, not scipy: the
-# GPU node image the speed claims run on has no scipy, and these are the standard printed values.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_interval(mean: float, std: float | None, n: int | None) -> tuple[float, float]:
-    """95% confidence interval of a mean over ``n`` seeds with sample std ``std`` (Student t). With one seed (or no
-    spread recorded) the interval is infinitely wide: a single run cannot decide a threshold."""
-    n = int(n or 1)
-    if n < 2 or std is None or not math.isfinite(std):
-        return -math.inf, math.inf
-    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    half = t * std / math.sqrt(n)
-    return mean - half, mean + half
-
-
-def sample_interval(xs) -> tuple[float, float, float, float]:
-    """(mean, lower, upper, sample std) of the 95% t-interval of the mean of the values ``xs`` (one per seed);
-    fewer than two values give an unbounded interval and a NaN std."""
-    xs = [float(x) for x in xs]
-    mean = statistics.fmean(xs) if xs else math.nan
-    sd = statistics.stdev(xs) if len(xs) >= 2 else math.nan
-    lo, hi = t_interval(mean, sd, len(xs))
-    return mean, lo, hi, sd
-
-
-def welch_interval(terms) -> tuple[float, float, float]:
-    """(estimate, lower, upper) of the 95% Welch interval of the linear contrast sum_i c_i * mean(x_i) over
-    independent samples ``terms`` = [(c_i, x_i), ...]: variance sum_i c_i^2 s_i^2 / n_i, the Welch-Satterthwaite
-    degrees of freedom rounded down (conservative: the t table above). Two terms (1, a), (-1, b) give the interval of
-    mean(a) - mean(b). A sample of fewer than two values gives an unbounded interval; no spread at all, a point."""
-    terms = [(float(c), [float(v) for v in x]) for c, x in terms]
-    est = sum(c * statistics.fmean(x) for c, x in terms)
-    if any(len(x) < 2 for _, x in terms):
-        return est, -math.inf, math.inf
-    parts = [(c * c * statistics.variance(x) / len(x), len(x)) for c, x in terms]
-    var = sum(v for v, _ in parts)
-    if var == 0:
-        return est, est, est
-    df = var ** 2 / sum(v * v / (n - 1) for v, n in parts if v)
-    k = max(2, int(math.floor(df)) + 1)  # t_interval(mean, std, n) uses n - 1 degrees of freedom
-    return (est, *t_interval(est, math.sqrt(var) * math.sqrt(k), k))

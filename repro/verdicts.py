@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from repro import registry
+from repro.intervals import sample_interval, t_interval
 from repro.rows import Rows  # noqa: F401 (the judges' row queries; measurement code imports repro.rows)
 
 VERDICTS = ("reproduced", "partially", "not_reproduced", "inconclusive", "not_applicable", "not_implemented")
@@ -205,6 +206,13 @@ def _meaning(heads: list[dict], scale: str) -> str:
             f"here is about this setup, not the paper's scale.")
 
 
+def recorded_version(context: Mapping, package: str) -> str:
+    """The version of ``package`` the measurement ran with, as its fingerprint.json recorded it (the context's
+    ``software``, repro.judging.judge_context), never the judging process's: "(version not recorded)" for a
+    result that recorded none."""
+    return str(((context.get("software") or {}).get(package)) or "(version not recorded)")
+
+
 def setup_table(claim: str, this_run: Mapping[str, str]) -> list[dict]:
     """The page's "Setup beside the paper" rows: the paper's setup from the registry (``paper_setup`` of the
     claim: model, data, steps, seeds, precision, hardware, ...) beside this run's (``this_run``, built by the claim
@@ -282,6 +290,15 @@ def ratio_interval(r: dict) -> tuple[float, float, str]:
                                     "order-statistic interval")
 
 
+def load_note(load: dict) -> str:
+    """A short phrase for the reasons of a timing check: how busy the machine was while the measurement timed
+    (its ``load`` context, repro.bench.timing.load_summary); "" on an idle machine."""
+    if not load.get("busy"):
+        return ""
+    return (f"the machine was busy while timing (1-min load average up to {load['loadavg_1m_max']} on "
+            f"{load['cpus']} cores with {load['threads']} thread(s) of our own)")
+
+
 def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
@@ -337,8 +354,6 @@ class Declared:
 
 
 def _declared_statistic(d: Declared, R: "Rows") -> tuple[float, float, float, str] | None:
-    from repro.stats import sample_interval, t_interval  # judge-side use of the shared statistics
-
     R = R.measured()
     if not R:
         return None
@@ -439,7 +454,7 @@ def evaluate_all(claim: str, declared: list[Declared], rows: list[dict], thresho
 def binom_tail(k: int, n: int, p: float = 0.5, upper: bool = True) -> float:
     """P(X >= k) (``upper``) or P(X <= k) for X ~ Binomial(n, p): exact sums (integers at p = 1/2, log space
     otherwise).
-    Here, not in scipy: the suite does not depend on scipy (the GPU image has none; repro/stats.py)."""
+    Here, not in scipy: the suite does not depend on scipy (the GPU image has none; repro/intervals.py)."""
     idx = range(max(k, 0), n + 1) if upper else range(min(k, n) + 1)
     if not len(idx):
         return 0.0

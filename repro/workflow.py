@@ -300,9 +300,10 @@ class Run:
                 "--keys {params.prov:q} {params.mode} 2>&1 | tee {log:q}")
 
     def judge_shell(self) -> str:
-        """The command of the judging rule: the current judge on the stored measurement."""
-        return (f"{self.py} -m repro.claims.{{wildcards.claim}} --scale {self.scale} "
-                f"--out {q(self.res)}/{{wildcards.claim}} --rejudge --thresholds {{params.thresholds:q}} "
+        """The command of the judging rule: the current judge on the stored measurement (repro.judging's command
+        line: it imports neither torch nor the claim's measurement module)."""
+        return (f"{self.py} -m repro.judging --claim {{wildcards.claim}} --scale {self.scale} "
+                f"--out {q(self.res)}/{{wildcards.claim}} --thresholds {{params.thresholds:q}} "
                 f"--keys {{params.prov:q}} > {{log:q}} 2>&1")
 
     def pages(self) -> list[str]:

@@ -537,7 +537,7 @@ def test_ties_decide_nothing():
     assert "tie" in _check(v, "Michel's", "prunes")["undecided_because"]
     # the random orders' interval edge exactly at the importance order's mean: undecided, not failed
     p = section("head_pruning", "default")
-    from repro.stats import sample_interval
+    from repro.intervals import sample_interval
 
     _, _, hi, _ = sample_interval([15.0, 14.0, 14.5])
     v = judge_rows(CLAIM, _learned(_rows(means=(hi, 20.0))), params=p)

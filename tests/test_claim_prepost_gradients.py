@@ -205,7 +205,7 @@ def test_flat_power_sizes_both_intervals():
     """"Pre flat" decides when |pre| + its half-width < ratio x (post - its half-width): the power sized on the
     flatness margin names the first sample at which the rule decides (half-widths shrinking as 1/sqrt(n))."""
     from repro.judges.prepost_gradients import _flat_power
-    from repro.stats import t_interval
+    from repro.intervals import t_interval
 
     post = {"value": 0.238, "spread": 0.0739, "n": 5}
     pre = {"value": -0.061, "spread": 0.0218, "n": 5}

@@ -12,6 +12,7 @@ import torch
 from repro import config
 from repro.io import metric
 from repro.claims import rank_collapse as rc
+from repro.judges import rank_collapse as rank_judge
 from repro.claims._cli import judge_rows, run_and_judge
 
 CLAIM = rc.CLAIM
@@ -53,7 +54,7 @@ def test_pure_attention_collapses_and_skip_does_not(tiny):
              if r["metric"] == "final_residual_ratio"}
     for init in params["inits"]:
         assert final[(init, "attention")] < 1e-10
-        for v in rc.SKIP_VARIANTS:
+        for v in rank_judge.SKIP_VARIANTS:
             assert final[(init, v)] > 1e-2, (init, v)
 
 
@@ -247,7 +248,7 @@ def test_small_real_run_reproduces(tmp_path):
     for init in p["inits"]:
         assert 2.5 < exps[(init, "attention")] < 3.5
         # a skip stack's exponent is ~1, or absent when its residual did not move by 1% (then judged by rho)
-        assert all(exps[(init, v)] is None or 0.5 < exps[(init, v)] < 1.5 for v in rc.SKIP_VARIANTS), exps
+        assert all(exps[(init, v)] is None or 0.5 < exps[(init, v)] < 1.5 for v in rank_judge.SKIP_VARIANTS), exps
 
 
 def test_old_measurements_are_refused_not_rejudged():

@@ -34,7 +34,7 @@ def test_a_claim_from_the_template_runs_through_snakemake(tmp_path):
                         "RMSNorm output has RMS 1", "--root", str(repo)], cwd=repo, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     changed = [l for l in r.stderr.splitlines() if l.startswith("wrote ")]
-    assert len(changed) == 7  # measurement, judge, config, schema, test, controls, registry: nothing else to touch
+    assert len(changed) == 8  # measurement, judge, vocabulary, config, schema, test, controls, registry: nothing else
     assert set(p.name for p in (repo / "workflows").iterdir()) == before
     env = {"PYTHONPATH": str(repo), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_claim_example_rms.py"],

@@ -386,7 +386,7 @@ def test_judge_tiny_is_not_applicable():
 
 
 def test_t_interval():
-    from repro.stats import sample_interval
+    from repro.intervals import sample_interval
 
     m, lo, hi, sd = sample_interval([1.0, 2.0, 3.0])
     assert (m, sd) == (2.0, 1.0)

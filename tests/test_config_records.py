@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from repro import config, registry
-from repro import io as records, stats, verdicts
+from repro import intervals, io as records, verdicts
 from repro.bench.fingerprint import fingerprint, hardware_id, slug
 
 
@@ -88,9 +88,9 @@ def test_gates_and_intervals():
     assert verdicts.decide_interval(0.9, 1.1, above=1.0) is None
     assert verdicts.decide_within(-0.6, -0.4, -0.65, -0.35) is True and verdicts.decide_within(-1, -0.8, -0.65, -0.35) is False
     assert verdicts.decide_within(-0.7, -0.5, -0.65, -0.35) is None
-    lo, hi = stats.t_interval(1.0, 0.5, 5)
+    lo, hi = intervals.t_interval(1.0, 0.5, 5)
     assert abs((hi - lo) / 2 - 2.776 * 0.5 / 5 ** 0.5) < 1e-9
-    assert stats.t_interval(1.0, 0.5, 1) == (float("-inf"), float("inf"))
+    assert intervals.t_interval(1.0, 0.5, 1) == (float("-inf"), float("inf"))
     assert verdicts.both(True, None) is None and verdicts.both(True, False, None) is False and verdicts.both(True, True)
 
 

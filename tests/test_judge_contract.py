@@ -52,14 +52,16 @@ def _judge(claim: str, folder: Path, rows: list[dict], controlled: bool = False)
     reference's measured parameters and recorded context (what ``--rejudge`` gives it). ``controlled``: the rows
     come from the claim's control module, whose optional ``context(ctx)`` hook says what they stand for (e.g. a GPU
     run: flash_attention's controls relabel the rows and the device)."""
-    from repro.claims._cli import judge_context, judge_rows
+    from repro.judging import judge_context, judge_rows
 
     stored = json.loads((folder / "config.json").read_text())
     params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
     measured = folder / "measured.json"
     record = json.loads(measured.read_text()) if measured.exists() else \
         {"context": {k: v for k, v in json.loads((folder / "verdict.json").read_text()).items() if k == "load"}}
-    context = {k: v for k, v in judge_context("default", params, record).items() if k not in ("scale", "params")}
+    fingerprint = json.loads((folder / "fingerprint.json").read_text())
+    context = {k: v for k, v in judge_context("default", params, record, fingerprint).items()
+               if k not in ("scale", "params")}
     controls = _controls(claim) if controlled else None
     if controls is not None and hasattr(controls, "context"):
         context = controls.context(context)
@@ -115,7 +117,7 @@ def test_rejudging_a_committed_reference_is_byte_identical(folder):
     committed judgement unchanged; a judge change that changes one must come with the references re-judged and
     published (``python -m repro.claims.<id> --rejudge``, then ``python -m repro.report publish``), so a committed
     page never shows a verdict the checkout would not give."""
-    from repro.claims._cli import judge_stored
+    from repro.judging import judge_stored
     from repro.io import _json_default
 
     claim, scale = folder.name, folder.parent.name

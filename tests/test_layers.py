@@ -6,14 +6,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FLOORS = [
-    {"errors", "registry", "provenance", "kinds", "progress", "rows", "yamlload"},
-    {"config", "io", "verdicts", "judging", "stats", "cli"},
+    {"errors", "registry", "provenance", "kinds", "progress", "rows", "yamlload", "vocabulary"},
+    {"config", "io", "verdicts", "intervals", "judging", "judges", "stats", "cli"},
     {"model", "kernels", "data", "quant"},
     {"bench"},
     {"train", "artefacts"},
     {"peers"},
     {"claims"},
-    {"judges"},
     {"report"},
     {"workflow"},
 ]
@@ -58,6 +57,27 @@ def test_no_import_runs_back_up_the_floors():
             if target in FLOOR and FLOOR[target] > FLOOR[unit] and (unit, target) not in EXCEPTIONS:
                 upward.append(f"{path.relative_to(ROOT)} imports repro.{target}")
     assert not upward, upward
+
+
+# the measurement: what a judge never imports (it meets measurements only in their result files), named even where
+# the floors already forbid it, so that moving a floor cannot open the way
+MEASUREMENT = {"claims", "bench", "model", "kernels", "train", "data", "quant", "peers", "artefacts"}
+JUDGE_UNITS = {"judges", "judging", "verdicts", "intervals"}
+
+
+def test_no_judge_imports_a_measurement_or_torch():
+    """The judge side (repro/judges/, repro/judging.py, repro/verdicts.py, repro/intervals.py) imports no measurement
+    module and no torch, anywhere in a file (function-local imports included)."""
+    found = []
+    for path in sorted((ROOT / "repro").rglob("*.py")):
+        if _unit(path) not in JUDGE_UNITS:
+            continue
+        tree = ast.parse(path.read_text())
+        found += [f"{path.relative_to(ROOT)} imports repro.{u}" for u in sorted(_imported_units(tree) & MEASUREMENT)]
+        found += [f"{path.relative_to(ROOT)}:{n.lineno} imports torch" for n in ast.walk(tree)
+                  if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "torch" for a in n.names)
+                  or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "torch"]
+    assert not found, found
 
 
 def test_the_architecture_page_names_every_floor():

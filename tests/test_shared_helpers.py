@@ -1,5 +1,6 @@
-"""The shared helpers of issue 14: statistics (repro.stats), inits (repro.model.init), the eager reference
-formulas the model and the kernel benchmark share, and the error hierarchy (repro.errors)."""
+"""The shared helpers of issue 14: statistics (repro.stats; the judges' intervals, repro.intervals), inits
+(repro.model.init), the eager reference formulas the model and the kernel benchmark share, and the error hierarchy
+(repro.errors)."""
 import math
 import statistics
 
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from repro import errors
-from repro import stats
+from repro import intervals, stats
 from repro.bench import kernels
 from repro.model import BlockConfig, EncoderDecoder, ModelConfig
 from repro.model.attention import attention_core, math_attention
@@ -28,7 +29,7 @@ def test_mean_std_and_interval():
     assert stats.mean_std([1.0]) == (1.0, 0.0)
     m, s = stats.mean_std([1.0, 2.0, 3.0])
     assert (m, s) == pytest.approx((2.0, 1.0))
-    mean, lo, hi, sd = stats.sample_interval([1.0, 2.0, 3.0])
+    mean, lo, hi, sd = intervals.sample_interval([1.0, 2.0, 3.0])
     assert mean == pytest.approx(2.0) and sd == pytest.approx(1.0)
     assert hi - mean == pytest.approx(4.303 / math.sqrt(3))  # t_{0.975, 2}
 
@@ -36,16 +37,16 @@ def test_mean_std_and_interval():
 def test_welch_interval_of_a_contrast():
     """Welch's interval: variance sum c^2 s^2 / n, Welch-Satterthwaite df rounded down (the t table's value)."""
     a, b = [4.30, 5.03, 3.61, 3.99, 5.06], [2.821, 2.771, 2.796]
-    est, lo, hi = stats.welch_interval([(1, a), (-1, b)])
+    est, lo, hi = intervals.welch_interval([(1, a), (-1, b)])
     va, vb = statistics.variance(a) / 5, statistics.variance(b) / 3
     df = (va + vb) ** 2 / (va ** 2 / 4 + vb ** 2 / 2)
     assert math.floor(df) == 4 and est == pytest.approx(statistics.fmean(a) - statistics.fmean(b))
     assert hi - est == pytest.approx(2.776 * math.sqrt(va + vb)) and est - lo == pytest.approx(hi - est)
     # a difference of differences: constant groups add nothing to the variance
-    est4, lo4, hi4 = stats.welch_interval([(1, a), (-1, b), (-1, [1.0, 1.0]), (1, [0.5, 0.5, 0.5])])
+    est4, lo4, hi4 = intervals.welch_interval([(1, a), (-1, b), (-1, [1.0, 1.0]), (1, [0.5, 0.5, 0.5])])
     assert (est4 - est, lo4 - lo, hi4 - hi) == pytest.approx((-0.5, -0.5, -0.5))
-    assert stats.welch_interval([(1, a), (-1, [3.0])])[1:] == (-math.inf, math.inf)  # one value: no spread to use
-    assert stats.welch_interval([(1, [2.0, 2.0]), (-1, [1.0, 1.0])]) == (1.0, 1.0, 1.0)
+    assert intervals.welch_interval([(1, a), (-1, [3.0])])[1:] == (-math.inf, math.inf)  # one value: no spread to use
+    assert intervals.welch_interval([(1, [2.0, 2.0]), (-1, [1.0, 1.0])]) == (1.0, 1.0, 1.0)
 
 
 def _model(d=16):

@@ -39,13 +39,13 @@ class Recording(dict):
 
 
 def _judge_with(claim, folder, rows, thresholds, controlled: bool = False):
-    from repro.claims._cli import judge_context, load_judge
+    from repro.judging import judge_context, load_judge
 
     stored = json.loads((folder / "config.json").read_text())
     params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
     measured = folder / "measured.json"
     record = json.loads(measured.read_text()) if measured.exists() else {"context": {}}
-    ctx = judge_context("default", params, record)
+    ctx = judge_context("default", params, record, json.loads((folder / "fingerprint.json").read_text()))
     controls = _controls(claim) if controlled else None
     if controls is not None and hasattr(controls, "context"):
         ctx = controls.context(ctx)

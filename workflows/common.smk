@@ -55,9 +55,10 @@ rule claim:
 
 
 rule claim_verdict:
-    """Judge one claim's stored measurement: ``python -m repro.claims.<id> --rejudge`` applies the checkout's
+    """Judge one claim's stored measurement: ``python -m repro.judging --claim <id>`` applies the checkout's
     judge (repro/judges/<id>.py), published numbers and thresholds (the ``judge:`` part of config/claims/<id>.yaml)
-    to metrics.csv and writes verdict.json with the thresholds used, who measured and who judged. Its stamp
+    to metrics.csv (and the versions and threads its fingerprint.json recorded; neither torch nor the measurement
+    code is imported) and writes verdict.json with the thresholds used, who measured and who judged. Its stamp
     (<id>.judge under .snakemake/repro/keys) changes only with the judge side (the judge's files, repro/verdicts.py,
     the registry, the thresholds), so a changed judge or threshold re-judges here without measuring again."""
     input:

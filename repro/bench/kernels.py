@@ -40,6 +40,7 @@ from repro.io import atomic_write_json, atomic_write_text
 from repro.bench.timing import paired_ratios, summarize, time_interleaved
 from repro.model.attention import causal_band, math_attention
 from repro.model.norms import layer_norm_manual, rms_norm_manual
+from repro.vocabulary.kernels import INTERPRETER_REASON
 
 NORM_OPS = ("rmsnorm", "layernorm")
 NORM_PROVIDERS = ("torch", "eager", "compile", "triton")
@@ -50,7 +51,6 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 COLUMNS = ["op", "provider", "dtype", "pass", "rows", "hidden", "batch", "heads", "seq_len", "head_dim", "causal",
            "median_ms", "iqr_ms", "n", "baseline", "ratio_to_baseline", "gbps", "tflops", "peak_mb", "status",
            "reason", "metric", "value", "value_iqr", "target", "met", "device", "hardware_id", "window"]
-INTERPRETER_REASON = "Triton interpreter on CPU is a correctness path, not a speed path"
 
 
 # ----------------------------------------------------------------------------------------------- sweeps (data)

@@ -75,14 +75,6 @@ def load_summary() -> dict:
             "cpus": cpus, "threads": threads, "busy": bool(top > threads + 0.5), **modes}
 
 
-def load_note(load: dict) -> str:
-    """A short phrase for reasons: "" on an idle machine."""
-    if not load.get("busy"):
-        return ""
-    return (f"the machine was busy while timing (1-min load average up to {load['loadavg_1m_max']} on "
-            f"{load['cpus']} cores with {load['threads']} thread(s) of our own)")
-
-
 def _sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()

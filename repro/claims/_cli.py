@@ -6,8 +6,9 @@ Snakefile passes, already validated) or, when run by hand, from config/claims/<i
 used, the machine's load...); this writes them with the fingerprint (repro.io) and, unless ``--measure-only``, judges
 them: ``repro.judges.<id>.judge(rows, thresholds, context)`` with the thresholds of the section's ``judge:`` part
 (``--thresholds`` JSON, or config/claims/<id>.yaml at that scale) and the context :func:`judge_context` builds.
-``--rejudge`` judges a stored measurement with the CURRENT thresholds and judge. Progress goes to stderr (the rule's
-log).
+``--rejudge`` judges a stored measurement with the CURRENT thresholds and judge (the same as ``python -m
+repro.judging --claim <id> ...``, the workflow's claim_verdict job, which imports no measurement code). Progress goes
+to stderr (the rule's log).
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from repro.io import atomic_write_json, remove_stale_temps, write_measurement
 from repro.cli import (load_keys, load_params, out_folder, positive_int,  # noqa: F401 (setup_logging: claims')
                        setup_logging)
 # the judging machinery (judge-side: a change there re-judges, never re-measures), re-exported for the claims' tests
-from repro.judging import (judge_context, judge_rows, judge_stored, load_judge, load_thresholds,  # noqa: F401
-                           now, rejudge, run_and_judge)
+from repro.judging import (add_thresholds_argument, judge_context, judge_rows, judge_stored,  # noqa: F401
+                           load_judge, load_thresholds, now, rejudge, run_and_judge)
 
 log = logging.getLogger("repro")
 
@@ -148,16 +149,15 @@ def _parser(claim: str, run: Callable, module) -> argparse.ArgumentParser:
                              "default: derived from this machine)")
     parser.add_argument("--rejudge", action="store_true",
                         help="re-apply this commit's judge (repro/judges/<claim>.py) with the current thresholds "
-                             "to the measurements already in --out (metrics.csv, config.json, measured.json); "
-                             "nothing is measured again, and verdict.json records the thresholds used, the "
-                             "measurement's commit and the judging commit (the workflow's claim_verdict job)")
+                             "to the measurements already in --out (metrics.csv, config.json, fingerprint.json, "
+                             "measured.json); nothing is measured again, and verdict.json records the thresholds "
+                             "used, the measurement's commit and the judging commit (the same as python -m "
+                             "repro.judging, the workflow's claim_verdict job)")
     parser.add_argument("--measure-only", action="store_true",
                         help="measure and write metrics.csv, config.json, fingerprint.json and measured.json, but no "
                              "verdict.json (the workflow judges in its own job, so a changed judge re-judges without "
                              "measuring again)")
-    parser.add_argument("--thresholds", default=None, metavar="JSON",
-                        help="the judge's thresholds (the judge: part of config/claims/<claim>.yaml at --scale, "
-                             "which is the default; what the workflow passes, overrides applied)")
+    add_thresholds_argument(parser)
     parser.add_argument("--keys", default=None, metavar="JSON",
                         help="the provenance keys of this measurement (code, config, software, judge, measure: "
                              "repro.provenance), as the workflow computed them; default: computed here")
@@ -205,8 +205,11 @@ def _measure(claim: str, run: Callable, module, params: dict, args, keys: dict, 
     if not isinstance(context, dict) or "verdict" in context:
         raise TypeError(f"repro.claims.{claim}.run must return (rows, context): the judge is "
                         f"repro.judges.{claim}.judge, not the measurement's")
+    # the intra-op threads this process measured with (--threads): the machine's fingerprint cannot know them, and
+    # a judge reads them from fingerprint.json, never from its own process (repro.judging.judge_context)
+    threads = {"torch_threads": sys.modules["torch"].get_num_threads()} if "torch" in sys.modules else {}
     measured = write_measurement(args.out, claim=claim, scale=args.scale, metrics=metrics, config=params,
-                                 fingerprint=fingerprint(args.hardware),
+                                 fingerprint={**fingerprint(args.hardware), **threads},
                                  artifacts=getattr(module, "ARTIFACTS", ()),  # the claim's other files
                                  keys=keys, context=context, inputs=given, started=started)
     if args.measure_only:

@@ -44,8 +44,8 @@ from repro.claims._heads import Head, all_heads, head_importance, pruned_copy, p
 from repro.errors import ArtefactError, ConfigError
 from repro.io import metric
 from repro.model.hf_import import load_pretrained, read_config
+from repro.vocabulary.head_pruning import CLAIM
 
-CLAIM = "head_pruning"
 log = logging.getLogger("repro.head_pruning")
 KIND = "encoder_self"  # BERT has one kind of attention
 

@@ -2,10 +2,11 @@
 
     python -m repro.claims._new <claim_id> --code C12 --title "What the claim says"
 
-writes the seven files a claim is made of, with a small working example measurement to replace:
+writes the eight files a claim is made of, with a small working example measurement to replace:
 
 - repro/claims/<id>.py              the experiment (``run(params, scale, out) -> (rows, context)``, ``python -m`` entry)
 - repro/judges/<id>.py              its judge (``judge(rows, thresholds, context) -> verdict``), checks declared as data
+- repro/vocabulary/<id>.py          the names both spell (the claim's id; torch-free: the judge imports no measurement)
 - config/claims/<id>.yaml           parameters per scale with the judge's thresholds (``judge:``), and the
                                     ``workflow`` section (threads, resources, needs)
 - config/schema/<id>.schema.yaml    every parameter's type and meaning
@@ -27,6 +28,7 @@ from repro import yamlload
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "docs" / "claim_template"
 TARGETS = {"claim.py.tmpl": "repro/claims/{id}.py", "judge.py.tmpl": "repro/judges/{id}.py",
+           "vocabulary.py.tmpl": "repro/vocabulary/{id}.py",
            "claim.yaml.tmpl": "config/claims/{id}.yaml",
            "claim.schema.yaml.tmpl": "config/schema/{id}.schema.yaml", "test_claim.py.tmpl": "tests/test_claim_{id}.py",
            "controls.py.tmpl": "tests/controls/{id}.py"}

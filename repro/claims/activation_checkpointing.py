@@ -35,8 +35,8 @@ from repro.io import atomic_write_json, metric
 from repro.model import BlockConfig, EncoderModel, ModelConfig
 from repro.stats import loglog_slope
 from repro.rows import Rows
+from repro.vocabulary.activation_checkpointing import CLAIM
 
-CLAIM = "activation_checkpointing"
 log = logging.getLogger("repro.activation_checkpointing")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SECTIONS = {"norms": "norms", "attention": "attention", "ffn": "mlp"}  # module slot -> Korthikanti's term
@@ -311,14 +311,6 @@ def measure_time(p: dict, device) -> list[dict]:
         log.info("time overhead %s: %+.1f%% (IQR %.1f%%, n=%d); one extra forward predicts %+.1f%%", pol,
                  100 * (r["median"] - 1), 100 * r["iqr"], r["n"], 100 * pred["median"])
     return rows
-
-
-FORMULA = dict(backend="math", dtype="float32")  # the setting the per-layer coefficients are checked in
-TERMS = {("attention", "sbh"): ("attention {}sbh", "korthikanti_attention_sbh_coeff"),  # (section, kind) -> label, key
-         ("mlp", "sbh"): ("MLP {}sbh", "korthikanti_mlp_sbh_coeff"),
-         ("norms", "sbh"): ("norms {}sbh", "korthikanti_norm_sbh_coeff"),
-         ("total", "sbh"): ("total {}sbh", "korthikanti_total_sbh_coeff"),
-         ("total", "score"): ("scores {}as^2b", "korthikanti_score_coeff")}
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:

@@ -19,8 +19,8 @@ from repro.io import metric
 from repro.model import BlockConfig, EncoderModel, ModelConfig, make_norm
 from repro.model.ffn import ACTIVATIONS
 from repro.progress import Progress
+from repro.vocabulary.block_numerics import CLAIM
 
-CLAIM = "block_numerics"
 log = logging.getLogger("repro.block_numerics")
 
 

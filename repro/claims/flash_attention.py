@@ -38,8 +38,8 @@ from repro.model import BlockConfig, DecoderLM, ModelConfig
 from repro.model.attention import attention_core
 from repro.stats import loglog_slope
 from repro.rows import Rows
+from repro.vocabulary.flash_attention import CLAIM
 
-CLAIM = "flash_attention"
 log = logging.getLogger("repro.flash_attention")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 TABLE21 = {1024: ("memory_1k_flash", "memory_1k_pytorch"), 4096: ("memory_4k_flash", "memory_4k_pytorch"),
@@ -220,13 +220,6 @@ def end_to_end(p: dict, device) -> list[dict]:
                                kind="ratio_time", backend=fused, **timing.ci_fields(r, m["confidence"]), **common))
             log.info("train step speed-up of %s over math: %.2fx", fused, r["median"])
     return rows
-
-
-SPEED_NAMES = {"fig2_speedup_over_math": "GPT-2-medium attention fwd+bwd: {} faster than standard attention",
-               "train_step_speedup_over_math": "end-to-end training step: {} faster than standard attention"}
-CPU_WHY = ("CPU stand-in: the paper measured an IO-aware GPU kernel (SRAM tiling vs HBM traffic) on A100 GPUs, "
-           "and SDPA on a CPU is not the FlashAttention kernel; the speed-up on this CPU is reported for "
-           "information")
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:

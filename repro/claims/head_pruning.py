@@ -48,8 +48,8 @@ from repro.train.pipeline import load_data
 from repro.claims._heads import (Head, BleuEvaluator, HardConcreteGates, all_heads, attention_modules, bleu,
                                  head_importance, pruned_copy, pruning_levels, set_pruned, speed_rows)
 from repro.claims._heads_mnli import run_mnli
+from repro.vocabulary.head_pruning import CLAIM
 
-CLAIM = "head_pruning"
 log = logging.getLogger("repro.head_pruning")
 
 

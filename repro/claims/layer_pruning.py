@@ -64,10 +64,9 @@ from repro.train.bleu import (bleu_from_stats, bleu_report, bootstrap_counts, bo
 from repro.train.decode import DecodeConfig
 from repro.train.loop import evaluate_loss, model_loss, train
 from repro.train.pipeline import batches_fn, encode_splits, load_data, valid_batches
+from repro.vocabulary.layer_pruning import CLAIM
 
-CLAIM = "layer_pruning"
 log = logging.getLogger("repro.layer_pruning")
-STACKS = ("encoder", "decoder", "lm")
 RULES = ("bi", "angular", "last", "random")
 
 

@@ -17,8 +17,8 @@ from repro.io import metric
 from repro.model import DecoderLM, EncoderDecoder, EncoderModel, ModelConfig, active_parameters, count_by_slot
 from repro.model.ffn import swiglu_hidden
 from repro.model.hf_import import count_folder
+from repro.vocabulary.param_accounting import CLAIM
 
-CLAIM = "param_accounting"
 log = logging.getLogger("repro.param_accounting")
 KINDS = {"encoder_decoder": EncoderDecoder, "decoder_lm": DecoderLM, "encoder": EncoderModel}
 UNITS = {"share": "percent", "weights_gb": "GB", "head_share": "percent", "block_ffn_share": "percent",

@@ -40,10 +40,9 @@ from repro.model.block import Block
 from repro.model.init import init_weights
 from repro.stats import fit_slope, mean_std
 from repro.rows import Rows
+from repro.vocabulary.prepost_gradients import CLAIM, FFN_MATRICES
 
-CLAIM = "prepost_gradients"
 log = logging.getLogger("repro.prepost_gradients")
-FFN_MATRICES = ("ffn.fc1", "ffn.fc2")
 
 
 # ------------------------------------------------------------------------------------------------ data

@@ -70,8 +70,8 @@ from repro.io import atomic_write_json, metric
 from repro.train.bleu import corpus_bleu
 from repro.train.decode import DecodeConfig
 from repro.train.pipeline import encode_splits, load_data as load_corpus, valid_batches
+from repro.vocabulary.quantization import CLAIM
 
-CLAIM = "quantization"
 log = logging.getLogger("repro.quantization")
 MODELS = ("lm", "translation")
 

@@ -55,14 +55,10 @@ from repro.model.block import Block
 from repro.model.init import init_weights
 from repro.stats import fit_slope, mean_std
 from repro.rows import Rows
+from repro.vocabulary.rank_collapse import CLAIM
 
-CLAIM = "rank_collapse"
 log = logging.getLogger("repro.rank_collapse")
 VARIANTS = ("attention", "attention_skip", "attention_mlp", "full_post", "full_pre")
-SKIP_VARIANTS = ("attention_skip", "full_post", "full_pre")
-INITS = {"pytorch": "PyTorch default (nn.Linear: U(+-1/sqrt(fan_in)) weights and biases)",
-         "fairseq": "fairseq (Xavier uniform, q/k/v gain 1/sqrt(2), zero biases)",
-         "xavier": "Xavier uniform gain 1, zero biases"}
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 MEASURES = ("residual_ratio", "residual_ratio_1inf", "relative_residual", "layernorm_residual")
 
@@ -326,16 +322,6 @@ def qkv_summary(rows: list[dict], p: dict) -> list[dict]:
                 out.append(metric(CLAIM, "token_cosine_rise", mu, "cosine", spread=sd, n=len(p["seeds"]),
                                   from_depth=d0, to_depth=d1, **common))
     return out
-
-
-# ------------------------------------------------------------------------------------------------ verdict
-MLP_NOT_A_PREDICTION = (
-    "an observation, not a test of the paper: in Dong et al. the MLP enters the upper bound on the residual through "
-    "its Lipschitz constant (a large one loosens the bound and can slow the collapse); the bound predicts nothing "
-    "about a randomly initialised MLP, so a faster or slower collapse here neither confirms nor refutes the paper")
-
-
-CUBIC_INTERVAL = "95% t-interval over the seeds' per-layer exponents (fitted per seed)"
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:

@@ -55,10 +55,9 @@ from repro.bench.timing import median_interval, summarize, time_once
 from repro.config import resolve_device
 from repro.io import metric
 from repro.model import BlockConfig, DecoderLM, ModelConfig
+from repro.vocabulary.rmsnorm_speed import CLAIM
 
-CLAIM = "rmsnorm_speed"
 log = logging.getLogger("repro.rmsnorm_speed")
-PROVIDER_IMPL = {"torch": "torch", "eager": "manual", "compile": "compile", "triton": "triton"}  # op provider -> name
 KERNEL_TIME_RATIO = ("rmsnorm_vs_layernorm", "time_ratio")  # (op, metric) of the kernel sweep's paired-ratio rows
 ARTIFACTS = ("model_rounds.csv",)  # every round's step times per variant (declared in verdict.json)
 SAME_WAY_IMPLS = ("manual", "triton")  # model norm_impl values with both norms written the same way (the headline)
@@ -249,10 +248,6 @@ def model_level(p: dict, device, out: Path) -> list[dict]:
                          "interval %.3f-%.3f, n=%d)", name, impl, 100 * (1 - r["median"]), r["median"],
                          100 * stop["confidence"], lo, hi, r["n"])
     return rows
-
-
-NATIVE_WHY = ("for information: torch's native LayerNorm (F.layer_norm) is a fused kernel, RMSNorm (F.rms_norm) "
-              "is not; the paper compared both norms written in the same framework")
 
 
 def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:

@@ -66,8 +66,8 @@ from repro.train.bleu import bleu_report
 from repro.train.decode import DecodeConfig, decode_ids
 from repro.train.loop import OptimConfig, RunConfig, ScheduleConfig, train
 from repro.train.pipeline import batches_fn, build_model, encode_splits, load_data, load_tokenizer, valid_batches
+from repro.vocabulary.warmup_stability import CLAIM, warmup_lengths
 
-CLAIM = "warmup_stability"
 ARTIFACTS = ("runs.json", "curves/*.csv")  # result files beside metrics.csv (declared in verdict.json; the plots read them)
 log = logging.getLogger("repro.warmup_stability")
 
@@ -97,13 +97,6 @@ def apply_fixnorm(model, g: float) -> None:
 # -------------------------------------------------------------------------------------------------------- the plan
 def _lr_tag(lr: float) -> str:
     return f"{lr:.0e}".replace("e-0", "e-")
-
-
-def warmup_lengths(params: dict) -> list[int]:
-    """The warm-up lengths of the grid, longest first (``warmup_steps``: one length or a list, e.g. Xiong's
-    [4000, 500]); the longest is "with warm-up" in the verdict."""
-    w = params["warmup_steps"]
-    return sorted({int(x) for x in (w if isinstance(w, list) else [w])}, reverse=True)
 
 
 def seeds_for(params: dict, position: str, warmup: int, layers: int, fixnorm: bool = False) -> list[int]:

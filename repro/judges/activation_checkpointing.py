@@ -6,10 +6,16 @@ judge: section of config/claims/activation_checkpointing.yaml.
 from __future__ import annotations
 
 from repro import registry
-from repro.bench import timing
-from repro.verdicts import (Rows, both, check, decide_point, decide_within, numbers, ratio_interval, setup_table,
-                            uses, verdict_from_checks)
-from repro.claims.activation_checkpointing import CLAIM, FORMULA, TERMS
+from repro.verdicts import (Rows, both, check, decide_point, decide_within, load_note, numbers, ratio_interval,
+                            setup_table, uses, verdict_from_checks)
+from repro.vocabulary.activation_checkpointing import CLAIM
+
+FORMULA = dict(backend="math", dtype="float32")  # the setting the per-layer coefficients are checked in
+TERMS = {("attention", "sbh"): ("attention {}sbh", "korthikanti_attention_sbh_coeff"),  # (section, kind) -> label, key
+         ("mlp", "sbh"): ("MLP {}sbh", "korthikanti_mlp_sbh_coeff"),
+         ("norms", "sbh"): ("norms {}sbh", "korthikanti_norm_sbh_coeff"),
+         ("total", "sbh"): ("total {}sbh", "korthikanti_total_sbh_coeff"),
+         ("total", "score"): ("scores {}as^2b", "korthikanti_score_coeff")}
 
 
 # ----------------------------------------------------------------------------------------------- verdict
@@ -22,7 +28,7 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     R, tol, load = Rows(rows), thresholds, context.get("load") or {}
     params, scale = context["params"], context["scale"]
     checks = [*_term_checks(R, tol), *_recompute_checks(R, tol), *_sdpa_checks(R), *_slope_checks(R, tol),
-              *_overhead_checks(R, tol, timing.load_note(load))]
+              *_overhead_checks(R, tol, load_note(load))]
     setup = setup_table(CLAIM, this_setup(params, context.get("device")))
     return verdict_from_checks(CLAIM, checks, scale, setup=setup, load=load)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from repro.verdicts import Rows, check, decide_point, gate, gated, numbers, setup_table, uses, verdict_from_checks
-from repro.claims.block_numerics import CLAIM
+from repro.vocabulary.block_numerics import CLAIM
 
 
 def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from repro import registry
-from repro.stats import sample_interval, t_interval, welch_interval
+from repro.intervals import sample_interval, t_interval, welch_interval
 from repro.verdicts import (Rows, both, check, decide_interval, decide_point, gate, gated, numbers, power,
                             setup_table, uses, verdict_from_checks)
-from repro.claims.head_pruning import CLAIM
+from repro.vocabulary.head_pruning import CLAIM
 
 ORDERS = ("importance", "importance_raw")
 ORDER_NAMES = {"importance": "Michel's l2-per-layer importance", "importance_raw": "unnormalised importance"}
@@ -279,7 +279,7 @@ def _minority_checks(R: Rows, params: dict, T: dict) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ rule 2
 def _welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its 95% Welch interval (repro.stats.welch_interval: Welch-Satterthwaite df rounded
+    """mean(a) - mean(b) and its 95% Welch interval (repro.intervals.welch_interval: Welch-Satterthwaite df rounded
     down, conservative). Fewer than 2 values on a side give an unbounded interval."""
     return welch_interval([(1.0, a), (-1.0, b)])
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro import registry
-from repro.claims.layer_pruning import CLAIM, STACKS
 from repro.verdicts import (Rows, binom_tail, both, check, clopper_pearson, decide_interval, decide_point, gate,
                             gated, numbers, setup_table, uses, verdict_from_checks)
+from repro.vocabulary.layer_pruning import CLAIM
+
+STACKS = ("encoder", "decoder", "lm")  # the order the stacks' checks and rows are listed in
 
 
 def _quality_curve(R: Rows, stack, rule, healed=False) -> dict[int, float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from repro import registry
 from repro.verdicts import Rows, check, decide_point, numbers, setup_table, uses, verdict_from_checks
-from repro.claims.param_accounting import CLAIM
+from repro.vocabulary.param_accounting import CLAIM
 
 
 def _num(x: float) -> str:

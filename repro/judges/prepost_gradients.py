@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 from repro import registry
-from repro.stats import t_interval
+from repro.intervals import t_interval
 from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, power, setup_table, uses,
                             verdict_from_checks)
-from repro.claims.prepost_gradients import CLAIM, FFN_MATRICES
+from repro.vocabulary.prepost_gradients import CLAIM, FFN_MATRICES
 
 
 # ------------------------------------------------------------------------------------------------ verdict

@@ -14,10 +14,10 @@ import math
 import numpy as np
 
 from repro import registry
-from repro.claims.quantization import CLAIM
-from repro.stats import t_interval
+from repro.intervals import t_interval
 from repro.verdicts import (Rows, both, check, decide_interval, decide_point, decide_within, gate, gated, numbers,
                             power, setup_table, uses, verdict_from_checks, clopper_pearson)
+from repro.vocabulary.quantization import CLAIM
 
 
 def _pub(key: str):
@@ -70,7 +70,7 @@ def _below(lo: float, hi: float, t: float) -> bool | None:
 
 
 def _t975(df: float) -> float:
-    """t_{0.975, df} (repro.stats' table, floored df: conservative for a fractional Satterthwaite df)."""
+    """t_{0.975, df} (repro.intervals' table, floored df: conservative for a fractional Satterthwaite df)."""
     if not math.isfinite(df) or df > 1e6:
         return 1.96
     n = max(math.floor(df), 1) + 1

@@ -8,10 +8,23 @@ from __future__ import annotations
 import math
 
 from repro import registry
-from repro.stats import t_interval
+from repro.intervals import t_interval
 from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, setup_table, uses,
                             verdict_from_checks)
-from repro.claims.rank_collapse import CLAIM, CUBIC_INTERVAL, INITS, MLP_NOT_A_PREDICTION, SKIP_VARIANTS
+from repro.vocabulary.rank_collapse import CLAIM
+
+SKIP_VARIANTS = ("attention_skip", "full_post", "full_pre")  # the measured stacks with a skip connection
+# the setup table's words for each init scheme (repro.model.init)
+INITS = {"pytorch": "PyTorch default (nn.Linear: U(+-1/sqrt(fan_in)) weights and biases)",
+         "fairseq": "fairseq (Xavier uniform, q/k/v gain 1/sqrt(2), zero biases)",
+         "xavier": "Xavier uniform gain 1, zero biases"}
+
+MLP_NOT_A_PREDICTION = (
+    "an observation, not a test of the paper: in Dong et al. the MLP enters the upper bound on the residual through "
+    "its Lipschitz constant (a large one loosens the bound and can slow the collapse); the bound predicts nothing "
+    "about a randomly initialised MLP, so a faster or slower collapse here neither confirms nor refutes the paper")
+
+CUBIC_INTERVAL = "95% t-interval over the seeds' per-layer exponents (fitted per seed)"
 
 
 def _int_n(row: dict | None) -> dict | None:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import statistics
 
-import torch
-
 from repro import registry
-from repro.bench import timing
-from repro.verdicts import Rows, check, numbers, power, ratio_interval, setup_table, verdict_from_checks
-from repro.claims.rmsnorm_speed import CLAIM, NATIVE_WHY, PROVIDER_IMPL
+from repro.verdicts import (Rows, check, load_note, numbers, power, ratio_interval, recorded_version, setup_table,
+                            verdict_from_checks)
+from repro.vocabulary.rmsnorm_speed import CLAIM
 
 log = logging.getLogger("repro.judges.rmsnorm_speed")
+PROVIDER_IMPL = {"torch": "torch", "eager": "manual", "compile": "compile", "triton": "triton"}  # op provider -> name
+
+NATIVE_WHY = ("for information: torch's native LayerNorm (F.layer_norm) is a fused kernel, RMSNorm (F.rms_norm) "
+              "is not; the paper compared both norms written in the same framework")
 
 
 # ----------------------------------------------------------------------------------------------- verdict
@@ -46,10 +48,10 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     low, top = registry.published(CLAIM, "reduction_range")["value"]
     expected = (f"reduction > {floor:g}% (the paper's smallest: Transformer, Table 4; its abstract's "
                 f"{low:g}%~{top:g}% over models and frameworks)")
-    by_impl = [*_op_checks(R, floor, expected), *_step_checks(R, floor, top, expected, timing.load_note(load))]
+    by_impl = [*_op_checks(R, floor, expected), *_step_checks(R, floor, top, expected, load_note(load))]
     checks = [c for _, c in by_impl]
-    v = verdict_from_checks(CLAIM, checks, scale, setup=setup_table(CLAIM, this_setup(params, context.get("device"))),
-                            load=load)
+    setup = this_setup(params, context.get("device"), recorded_version(context, "torch"))
+    v = verdict_from_checks(CLAIM, checks, scale, setup=setup_table(CLAIM, setup), load=load)
     v["per_implementation"] = _per_implementation(R, by_impl, scale)
     for impl, sub in v["per_implementation"].items():
         log.info("verdict for %s: %s", impl, sub["verdict"])
@@ -157,12 +159,12 @@ def _per_implementation(R: Rows, by_impl: list[tuple[str | None, dict]], scale: 
     return out
 
 
-def this_setup(params: dict, device: str | None = None) -> dict:
+def this_setup(params: dict, device: str | None = None, torch_version: str = "(version not recorded)") -> dict:
     """This run's side of the "Setup beside the paper" table (``device``: the one the measurement recorded, else its
-    ``device`` parameter)."""
+    ``device`` parameter; ``torch_version``: the one it recorded)."""
     m = params.get("model", {})
     return {
-        "implementations": "PyTorch " + torch.__version__ + ": F.rms_norm/F.layer_norm, the hand-written formula, "
+        "implementations": "PyTorch " + torch_version + ": F.rms_norm/F.layer_norm, the hand-written formula, "
                            "torch.compile of it, the suite's Triton kernels (GPU only)",
         "models": f"the shared DecoderLM, {m.get('layers')} layers, d {m.get('d_model')}, seq {m.get('seq_len')}, "
                   f"batch {m.get('batch')}; the op alone at hidden {params['op_sweep']['hidden']}",

@@ -27,7 +27,7 @@ gates). The contract is ``repro.verdicts.verdict_from_checks``; the papers' numb
   mean, where the configurations compared ran the same seeds; where they ran different ones
   (``post_no_warmup_extra_seeds``: more for Post-LN without warm-up, whose outcome varies by seed; ``depth.seeds``:
   fewer for the shallow depth sweep, which trains alike on every seed), by Welch's interval of the configurations' means
-  (``repro.stats.welch_interval``) over all their seeds (``repro.verdicts.decide_interval``): held when the whole
+  (``repro.intervals.welch_interval``) over all their seeds (``repro.verdicts.decide_interval``): held when the whole
   interval is on the paper's side of the threshold, failed when it is wholly on the other side, undecided when it
   straddles (or with fewer than two seeds).  A diverged run (NaN/inf or loss above the measurement's
   ``training.explode_loss``) counts with the unigram entropy as its NLL: it learned nothing.
@@ -38,13 +38,11 @@ import math
 import statistics
 from dataclasses import dataclass
 
-import torch
-
 from repro import registry
-from repro.stats import sample_interval, welch_interval
+from repro.intervals import sample_interval, welch_interval
 from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, power, setup_table, uses,
                             verdict_from_checks)
-from repro.claims.warmup_stability import CLAIM, warmup_lengths
+from repro.vocabulary.warmup_stability import CLAIM, warmup_lengths
 
 
 # ---------------------------------------------------------------------------------------------------------- verdict
@@ -236,8 +234,9 @@ def gates(g: Grid, params: dict, v: dict, copy_bleu: float | None) -> list[dict]
     return out
 
 
-def this_run(params: dict, data: dict, grid: "Grid") -> dict[str, str]:
-    """This run's side of the "Setup beside the paper" table, from the config and the data rows."""
+def this_run(params: dict, data: dict, grid: "Grid", threads: int | None = None) -> dict[str, str]:
+    """This run's side of the "Setup beside the paper" table, from the config and the data rows (``threads``: the
+    torch threads the measurement ran with, as its fingerprint.json recorded them; None: not recorded)."""
     m, tr, b = params["model"], params["training"], params["model"]["block"]
     L = m["n_encoder_layers"]
     t = params.get("translation") or {}
@@ -270,7 +269,7 @@ def this_run(params: dict, data: dict, grid: "Grid") -> dict[str, str]:
         "precision": "fp32",
         "hardware": (f"{params.get('device', 'cpu')} (the machine: the verdict line above), "
                      + (f"{params['workers']} runs at once, one torch thread each" if (params.get("workers") or 1) > 1
-                        else f"{torch.get_num_threads()} torch threads")),
+                        else f"{threads} torch threads" if threads else "torch threads not recorded")),
     }
 
 
@@ -313,7 +312,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
               *_scalenorm_checks(g, params, T), *_depth_trend_checks(g, params, T)]
     gs = gates(g, params, T, _copy_bleu(g))
     checks = [gated(c, gs) for c in checks]
-    return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, this_run(params, data, g)),
+    setup = this_run(params, data, g, context.get("torch_threads"))
+    return verdict_from_checks(CLAIM, checks, scale, gates=gs, setup=setup_table(CLAIM, setup),
                                meaning=_meaning(scale, len(g.seeds()), max(params["lrs"]), same_decay))
 
 
