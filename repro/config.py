@@ -259,7 +259,7 @@ def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
 def thresholds(name: str, scale: str, overrides: Mapping | None = None) -> dict:
     """The judge's thresholds of claim ``name`` at ``scale``: the section's ``judge:`` part (defaults filled from the
     schema's ``judge`` properties, overrides merged: ``overrides: {<id>: {judge: {key: value}}}``)."""
-    return dict(_full_section(name, scale, overrides).get(JUDGE) or {})
+    return dict(_full_section(name, scale, overrides, models=False).get(JUDGE) or {})
 
 
 def validate_thresholds(name: str, scale: str, given: Any) -> dict:
@@ -273,7 +273,9 @@ def validate_thresholds(name: str, scale: str, given: Any) -> dict:
     return out
 
 
-def _full_section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
+def _full_section(name: str, scale: str, overrides: Mapping | None = None, models: bool = True) -> dict:
+    """The section of ``name`` at ``scale`` with overrides merged, validated (``models``: with the model-shape
+    checks, which load repro.model and torch; the thresholds alone skip them, so judging never imports torch)."""
     if scale not in SCALES:
         raise ConfigError(f"scale: {scale!r} is not one of {', '.join(SCALES)}")
     path = CONFIG_DIR / "claims" / f"{name}.yaml"
@@ -289,7 +291,7 @@ def _full_section(name: str, scale: str, overrides: Mapping | None = None) -> di
     if not isinstance(override, Mapping):
         raise ConfigError(f"config: overrides.{name}: expected a mapping of keys, got {override!r}")
     params = deep_merge(data[scale] or {}, override)
-    return validate_params(name, scale, params, keep_judge=True)
+    return validate_params(name, scale, params, keep_judge=True, check_models=models)
 
 
 def workflow_spec(name: str, scale: str) -> dict:
@@ -338,10 +340,11 @@ def needed(spec: Mapping, params: Mapping) -> list[dict]:
     return out
 
 
-def validate_params(name: str, scale: str, params: Any, keep_judge: bool = False) -> dict:
+def validate_params(name: str, scale: str, params: Any, keep_judge: bool = False, check_models: bool = True) -> dict:
     """Check the parameters of ``name`` (e.g. a ``--params`` JSON given by hand) against its schema, filling
     defaults; raise ConfigError naming the key. The ``judge:`` thresholds are validated too and, unless
-    ``keep_judge``, left out of what is returned (they are no measurement parameter)."""
+    ``keep_judge``, left out of what is returned (they are no measurement parameter). ``check_models``: the model
+    shapes too (:func:`_check_models`)."""
     where = f"{name}.yaml [{scale}]"
     if not isinstance(params, Mapping):
         raise ConfigError(f"{where}: expected a mapping of parameters, got {type(params).__name__}")
@@ -352,7 +355,8 @@ def validate_params(name: str, scale: str, params: Any, keep_judge: bool = False
             params[JUDGE] = {}  # fills the thresholds' defaults
         validate(params, schema, where)
         _check_bands(schema, params.get(JUDGE), where)
-    _check_models(name, params, where)
+    if check_models:
+        _check_models(name, params, where)
     if not keep_judge:
         params.pop(JUDGE, None)
     return params

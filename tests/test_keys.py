@@ -140,8 +140,10 @@ def test_comments_docstrings_and_formatting_change_no_key(scratch):
 def test_a_changed_constant_changes_the_key(scratch):
     """Stripping docstrings keeps every other string: a changed string constant is a changed key."""
     before = _all_keys(scratch)
-    after = _edited(scratch, "repro/claims/block_numerics.py", lambda t: t.replace('"block_numerics"', '"block_numerics2"', 1))
-    assert "block_numerics" in _changed(before, after, "code")
+    after = _edited(scratch, "repro/vocabulary/block_numerics.py",
+                    lambda t: t.replace('"block_numerics"', '"block_numerics2"', 1))
+    # the name both sides share: the measurement's key and the judge's
+    assert _changed(before, after, "code") == {"block_numerics"} == _changed(before, after, "judge_code")
 
 
 def test_software_is_what_the_code_imports():
