@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 from repro import registry
 from repro.errors import ResultsError
 from repro.kinds import resolve_kind, stored_kind
+from repro.layout import CKPT_NAME
 from repro.provenance import git_commit
 
 METRIC_COLUMNS = ["claim", "metric", "unit", "kind", "value", "spread", "n", "sweep", "published_key", "published_value",
@@ -208,8 +209,6 @@ def input_hashes(inputs: Mapping) -> dict:
     out = {}
     for param, path in inputs.items():
         p = Path(str(path))
-        from repro.artefacts import CKPT_NAME  # lazy, upward: the one spelling of a model folder's checkpoint
-
         target = p / CKPT_NAME if p.is_dir() and (p / CKPT_NAME).is_file() else p
         if target.is_file():
             size = target.stat().st_size
