@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from repro import config, provenance
+from repro import config, provenance, registry
 from repro.cli import load_json_option
 from repro.io import read_metrics, write_verdict
 
@@ -80,11 +80,12 @@ def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: 
                thresholds: dict | None = None, **context) -> dict:
     """The claim's judge on ``rows`` (tests, notebooks): ``params`` default to config/claims/<claim>.yaml at
     ``scale`` (what the rows were measured with), ``thresholds`` to its ``judge:`` part, and ``context`` adds what a
-    measurement records (device, hardware, load, ...)."""
+    measurement records (device, hardware, load, ...). The rows' published values are read from the registry
+    (repro.registry.with_published), as :func:`judge_stored` reads them through repro.io.read_metrics."""
     params = config.section(claim, scale) if params is None else params
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
     ctx = {"device": None, "hardware": None, **context, "scale": scale, "params": params}
-    return load_judge(claim)(rows, dict(thresholds), ctx)
+    return load_judge(claim)(registry.with_published(rows), dict(thresholds), ctx)  # rows carry the key only
 
 
 def run_and_judge(claim: str, run: Callable, params: dict, scale: str, out, thresholds: dict | None = None,

@@ -218,8 +218,9 @@ def test_no_measurement_reaches_a_judge():
     for claim in _claims():
         files = {p.relative_to(ROOT).as_posix() for p in provenance.module_closure((f"repro.claims.{claim}",),
                                                                                    stop=provenance.NOT_CODE)}
-        # the registry is read by repro.io.metric to put the published value beside a row: not a decision; the
-        # command line (repro.claims._cli) reaches repro/judging.py, which imports a judge by name, when judging
+        # the registry is read by repro.io (metric checks the key a row names, read_metrics fills the published
+        # value beside the rows it reads): not a decision; the command line (repro.claims._cli) reaches
+        # repro/judging.py, which imports a judge by name, when judging
         judge_side = sorted(f for f in files if provenance._stopped(f, provenance.JUDGE_SIDE)
                             and f not in ("repro/registry/__init__.py", "repro/judging.py"))
         assert not judge_side, f"repro/claims/{claim}.py reaches the judge side: {judge_side}"
