@@ -28,23 +28,14 @@ from pathlib import Path
 
 from repro import config
 from repro.errors import ArtefactError  # a shared artefact or a model path is missing or wrong
+# the shared models' file names and folders, spelled once in repro.layout (re-exported for the workflow, the peers
+# and publishing)
+from repro.layout import ARTEFACTS, CKPT_NAME, MODELS_DIR, TOKENIZER_NAME  # noqa: F401
 
 # The workflow (repro/workflow.py) imports this module while Snakemake builds the DAG, for the artefacts' paths; the
 # loaders below import torch-heavy modules (repro.train, repro.model.hf_import) when they are called, not here.
 
 log = logging.getLogger("repro.artefacts")
-
-# The one place the shared models' file names and folders are spelled (training, the fairseq import, the peers,
-# the workflow, publishing and the input hashes all read them from here).
-CKPT_NAME = "checkpoint_last.pt"  # a trained model's folder holds it (fairseq-train's name for its last one, too)
-TOKENIZER_NAME = "tokenizer.json"  # repro.train.prepare's pointer to the vocabulary
-MODELS_DIR = "_models"
-# artefact -> (folder under _models, the file the workflow builds, what a claim receives: the folder or the file)
-ARTEFACTS = {
-    "tokenizer": ("translation", TOKENIZER_NAME, "file"),
-    "translation_model": ("translation", CKPT_NAME, "folder"),
-    "lm": ("lm", CKPT_NAME, "folder"),
-}
 
 
 def _spec(name: str) -> tuple[str, str, str]:

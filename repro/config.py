@@ -3,13 +3,14 @@
 - ``config/config.yaml``: the run (scale, hardware id, claims, output folders, overrides), validated against
   ``config/schema/config.schema.yaml``.
 - ``config/claims/<id>.yaml``: one file per claim (and per shared artefact such as ``translation``), one section
-  per scale (tiny, default, paper), validated against ``config/schema/<id>.schema.yaml`` when that schema exists.
+  per scale (tiny, default, paper), validated against ``config/schema/<id>.schema.yaml`` when that schema exists;
+  a top-level ``judge:`` block holds the judge's thresholds once (a scale's ``judge:`` only what differs there).
 
 ``section(name, scale, overrides)`` returns the validated parameters of one claim at one scale with the user's
 overrides merged in: what the experiment measures with (the measurement key hashes them). ``thresholds(name, scale,
-overrides)`` returns the same section's ``judge:`` part: the values the claim's judge decides with (the judge key
-hashes them; changing one re-judges the stored measurement and never re-measures). Every error names the file and
-the dotted key.
+overrides)`` returns the claim's ``judge:`` thresholds at that scale: the values the claim's judge decides with (the
+judge key hashes them; changing one re-judges the stored measurement and never re-measures). Every error names the
+file and the dotted key.
 """
 from __future__ import annotations
 
@@ -257,18 +258,22 @@ def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
 
 
 def thresholds(name: str, scale: str, overrides: Mapping | None = None) -> dict:
-    """The judge's thresholds of claim ``name`` at ``scale``: the section's ``judge:`` part (defaults filled from the
-    schema's ``judge`` properties, overrides merged: ``overrides: {<id>: {judge: {key: value}}}``)."""
+    """The judge's thresholds of claim ``name`` at ``scale``: the claim file's top-level ``judge:`` block, then the
+    scale section's ``judge:`` (only the values that differ at that scale), then the overrides
+    (``overrides: {<id>: {judge: {key: value}}}``). The schema's ``judge`` part gives each threshold's type and
+    meaning, no default: the claim file holds every value (tests/test_thresholds.py)."""
     return dict(_full_section(name, scale, overrides, models=False).get(JUDGE) or {})
 
 
 def validate_thresholds(name: str, scale: str, given: Any) -> dict:
-    """Check thresholds given as a whole (``--thresholds`` JSON) against the schema's ``judge`` part, filling
-    defaults; raise ConfigError naming the key."""
+    """Check thresholds given as a whole (``--thresholds`` JSON) against the schema's ``judge`` part, a threshold not
+    given taking the claim file's value at ``scale``; raise ConfigError naming the key."""
     sub = ((_schema(name) or {}).get("properties") or {}).get(JUDGE)
     if not isinstance(given, Mapping):
         raise ConfigError(f"{name}.yaml [{scale}] judge: expected a mapping of thresholds, got {given!r}")
-    out = dict(validate(dict(given), sub, f"{name}.yaml [{scale}] judge") if sub else given)
+    if not sub:
+        return dict(given)
+    out = dict(validate({**thresholds(name, scale), **given}, sub, f"{name}.yaml [{scale}] judge"))
     _check_bands(_schema(name), out, f"{name}.yaml [{scale}]")
     return out
 
@@ -290,8 +295,17 @@ def _full_section(name: str, scale: str, overrides: Mapping | None = None, model
         override = coerce(override, schema)
     if not isinstance(override, Mapping):
         raise ConfigError(f"config: overrides.{name}: expected a mapping of keys, got {override!r}")
-    params = deep_merge(data[scale] or {}, override)
+    params = deep_merge(_with_judge(data, scale), override)
     return validate_params(name, scale, params, keep_judge=True, check_models=models)
+
+
+def _with_judge(data: Mapping, scale: str) -> dict:
+    """The ``scale`` section of a claim file with its thresholds: the file's scale-free ``judge:`` block, then the
+    values the scale's own ``judge:`` changes (a threshold is written once, and again only where a scale differs)."""
+    params = dict(data[scale] or {})
+    if JUDGE in data or JUDGE in params:
+        params[JUDGE] = deep_merge(data.get(JUDGE) or {}, params.get(JUDGE) or {})
+    return params
 
 
 def workflow_spec(name: str, scale: str) -> dict:

@@ -6,7 +6,10 @@ integrity record), verdict.json a judgement of it (written last, by the same job
 folder with a verdict is complete. One metrics row per measured value:
 claim, metric, unit, kind (what the row measures: time, memory, ratio_time, quality, ...; repro.kinds),
 value, spread, n, the sweep variables (a JSON column ``sweep`` and one column each),
-and the published value with its citation where the registry has one.
+and the key of the registry value the row is compared with (``published_key``, and ``published_index`` for one
+element of a list-valued entry): never the published number itself, which :func:`read_metrics` fills from the
+registry when the rows are read (repro.registry.with_published), so a corrected paper number reaches every verdict
+and page without measuring again.
 """
 from __future__ import annotations
 
@@ -22,10 +25,11 @@ from typing import Any, Iterable, Mapping
 from repro import registry
 from repro.errors import ResultsError
 from repro.kinds import resolve_kind, stored_kind
+from repro.layout import CKPT_NAME
 from repro.provenance import git_commit
 
-METRIC_COLUMNS = ["claim", "metric", "unit", "kind", "value", "spread", "n", "sweep", "published_key", "published_value",
-                  "published_unit", "source", "hardware", "scale"]
+METRIC_COLUMNS = ["claim", "metric", "unit", "kind", "value", "spread", "n", "sweep", "published_key", "published_index",
+                  "hardware", "scale"]
 
 
 def umask_mode(base: int = 0o666) -> int:
@@ -93,18 +97,19 @@ def metric(claim: str, name: str, value, unit: str = "", *, kind: str | None = N
     says it (s -> time, MiB -> memory, tokens/s -> rate, BLEU -> quality) and must be given for a dimensionless
     unit (ratio, x, percent, fraction): ``ratio_time`` / ``ratio_memory`` for speed-ups and memory ratios, else
     ``statistic``, ``quality`` or ``count``. ``published_key`` names the registry value this row is compared with
-    (``published_index`` picks one element of a list-valued entry)."""
+    (``published_index`` picks one element of a list-valued entry). The row stores the key only: the value, unit
+    and citation are read from the registry when rows are read or judged (repro.registry.with_published)."""
 
     value = None if value is None else float(value)
     row = {"claim": claim, "metric": name, "unit": unit, "kind": resolve_kind(name, unit, kind), "value": value,
            "spread": None if spread is None else float(spread), "n": n, "sweep": {**(sweep or {}), **variables}}
     if published_key:
-        pub = registry.published(claim, published_key)
-        value_pub = pub.get("value")
-        if published_index is not None and isinstance(value_pub, list):
-            value_pub = value_pub[published_index]
-        row.update(published_key=published_key, published_value=value_pub,
-                   published_unit=pub.get("unit"), source=pub.get("citation"))
+        pub = registry.published(claim, published_key)  # a key the registry lacks fails here, when measuring
+        if published_index is not None and not (isinstance(pub["value"], list)
+                                                and 0 <= published_index < len(pub["value"])):
+            raise KeyError(f"claim {claim!r}: published_index {published_index} does not pick an element of "
+                           f"{published_key!r} ({pub['value']!r})")
+        row.update(published_key=published_key, published_index=published_index)
     return row
 
 
@@ -208,8 +213,6 @@ def input_hashes(inputs: Mapping) -> dict:
     out = {}
     for param, path in inputs.items():
         p = Path(str(path))
-        from repro.artefacts import CKPT_NAME  # lazy, upward: the one spelling of a model folder's checkpoint
-
         target = p / CKPT_NAME if p.is_dir() and (p / CKPT_NAME).is_file() else p
         if target.is_file():
             size = target.stat().st_size
@@ -361,9 +364,10 @@ def check_results(folder: str | Path) -> dict:
 
 
 def read_metrics(path: str | Path, verify: bool = True):
-    """Load a metrics.csv (or a folder holding one) with the sweep column parsed back into dicts. With ``verify``
-    the file is first checked against its verdict.json integrity record. Damage raises ResultsError naming the
-    file."""
+    """Load a metrics.csv (or a folder holding one) with the sweep column parsed back into dicts and each row's
+    published value, unit and citation filled from the registry as it is now (repro.registry.with_published: a
+    value an older file stored is overridden where its key resolves). With ``verify`` the file is first checked
+    against its verdict.json integrity record. Damage raises ResultsError naming the file."""
     import pandas as pd  # lazy: pandas costs a second at import, and the Snakefile imports this module
 
     path = Path(path)
@@ -391,7 +395,7 @@ def read_metrics(path: str | Path, verify: bool = True):
     kinds = frame["kind"] if "kind" in frame else [None] * len(frame)  # files from before the kind column
     unit = frame["unit"] if "unit" in frame else [""] * len(frame)
     frame["kind"] = [stored_kind(m, u, k) for m, u, k in zip(frame["metric"], unit, kinds)]
-    return frame
+    return registry.with_published(frame)  # the published values as the registry holds them now
 
 
 def config_hash(config) -> str:

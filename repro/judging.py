@@ -100,12 +100,13 @@ def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: 
     """The claim's judge on ``rows`` (tests, notebooks): ``params`` default to config/claims/<claim>.yaml at
     ``scale`` (what the rows were measured with), ``thresholds`` to its ``judge:`` part, and ``context`` adds what a
     measurement records (device, hardware, load, ...) and its fingerprint.json (``software``, ``torch_threads``:
-    :func:`judge_context`)."""
+    :func:`judge_context`). The rows' published values are read from the registry (repro.registry.with_published),
+    as :func:`judge_stored` reads them through repro.io.read_metrics."""
     params = config.section(claim, scale) if params is None else params
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
     ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, **context, "scale": scale,
            "params": params}
-    return load_judge(claim)(rows, dict(thresholds), ctx)
+    return load_judge(claim)(registry.with_published(rows), dict(thresholds), ctx)  # rows carry the key only
 
 
 def run_and_judge(claim: str, run: Callable, params: dict, scale: str, out, thresholds: dict | None = None,

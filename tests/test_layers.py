@@ -6,7 +6,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 FLOORS = [
-    {"errors", "registry", "provenance", "kinds", "progress", "rows", "yamlload", "vocabulary"},
+    {"errors", "registry", "provenance", "kinds", "progress", "rows", "yamlload", "vocabulary", "layout"},
     {"config", "io", "verdicts", "intervals", "judging", "judges", "stats", "cli"},
     {"model", "kernels", "data", "quant"},
     {"bench"},
@@ -19,8 +19,6 @@ FLOORS = [
 FLOOR = {unit: i for i, units in enumerate(FLOORS) for unit in units}
 # (importer, imported): why it may go up
 EXCEPTIONS = {
-    ("io", "artefacts"): "input_hashes hashes a model folder's checkpoint, whose one spelling is "
-                         "repro.artefacts.CKPT_NAME (imported lazily: the name only)",
     ("config", "model"): "config validates the model-shape keys with repro.model.config.ModelConfig, the one "
                          "definition of a model's shape (imported lazily: the package imports torch)",
 }
@@ -78,6 +76,73 @@ def test_no_judge_imports_a_measurement_or_torch():
                   if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "torch" for a in n.names)
                   or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "torch"]
     assert not found, found
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_edges(name: str, path: Path, modules) -> set[str]:
+    """The repro modules ``name`` imports (function-local imports included): ``from a.b import c`` names the module
+    a.b.c where there is one, else a.b; importing a module runs its packages' __init__ first, so those count too
+    (except the packages ``name`` itself lives in, which run before it anyway)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Import):
+            names = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                up = package.split(".")[:len(package.split(".")) - n.level + 1]
+                base = ".".join(up + ([n.module] if n.module else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in n.names]
+        else:
+            continue
+        for target in names:
+            parts = target.split(".")
+            out.update(m for m in (".".join(parts[:i]) for i in range(2, len(parts) + 1))
+                       if m in modules and m != name and not name.startswith(m + "."))
+    return out
+
+
+def _a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> modules it imports) as a path a -> b -> ... -> a, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        path.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t]
+            if t not in state and (found := visit(t)):
+                return found
+        state[m] = 2
+        path.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_the_module_import_graph_has_no_cycle():
+    """No repro module imports (at the top or in a function) a module that imports it back, directly or through
+    others: each floor's modules load without the ones above, and nothing relies on a half-initialised module."""
+    modules = {_module_name(p): p for p in sorted((ROOT / "repro").rglob("*.py"))}
+    graph = {m: _import_edges(m, p, modules) for m, p in modules.items()}
+    assert "repro.io" in graph["repro.train.loop"] and "repro.model" in graph["repro.config"], "the graph reads imports"
+    cycle = _a_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_a_cycle_is_found():
+    assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _a_cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_the_architecture_page_names_every_floor():
@@ -173,8 +238,9 @@ def test_no_measurement_reaches_a_judge():
     for claim in _claims():
         files = {p.relative_to(ROOT).as_posix() for p in provenance.module_closure((f"repro.claims.{claim}",),
                                                                                    stop=provenance.NOT_CODE)}
-        # the registry is read by repro.io.metric to put the published value beside a row: not a decision; the
-        # command line (repro.claims._cli) reaches repro/judging.py, which imports a judge by name, when judging
+        # the registry is read by repro.io (metric checks the key a row names, read_metrics fills the published
+        # value beside the rows it reads): not a decision; the command line (repro.claims._cli) reaches
+        # repro/judging.py, which imports a judge by name, when judging
         judge_side = sorted(f for f in files if provenance._stopped(f, provenance.JUDGE_SIDE)
                             and f not in ("repro/registry/__init__.py", "repro/judging.py"))
         assert not judge_side, f"repro/claims/{claim}.py reaches the judge side: {judge_side}"

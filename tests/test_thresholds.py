@@ -206,3 +206,50 @@ def test_every_measurement_parameter_is_read_by_the_measurement(claim):
             if not re.search(rf"\b{re.escape(name)}\b", text):
                 dead.add(key)
     assert not dead, f"{claim}: parameters never named by repro/claims/{claim}.py or what it imports: {sorted(dead)}"
+
+
+def _judged_sections() -> list[str]:
+    return [n for n in config.available_sections() if config.JUDGE in ((config._schema(n) or {}).get("properties") or {})]
+
+
+@pytest.mark.parametrize("name", _judged_sections())
+def test_a_threshold_is_written_once(name):
+    """One source per threshold: the claim file's top-level ``judge:`` block holds every threshold the schema
+    declares (the schema gives its type and meaning, never a default), and a scale's ``judge:`` holds only the values
+    that differ at that scale (a copy of the scale-free value is a second place to forget when it changes)."""
+    import yaml
+
+    data = yaml.safe_load((config.CONFIG_DIR / "claims" / f"{name}.yaml").read_text())
+    declared = _thresholds_schema(name)
+    with_default = sorted(k for k, sub in declared.items() if "default" in sub)
+    assert not with_default, f"config/schema/{name}.schema.yaml: judge defaults (the claim file holds them): {with_default}"
+    assert config.JUDGE in data, f"config/claims/{name}.yaml has no top-level judge: block"
+    top = data[config.JUDGE] or {}
+    assert set(top) == set(declared), (f"config/claims/{name}.yaml judge: missing {sorted(set(declared) - set(top))}, "
+                                       f"undeclared {sorted(set(top) - set(declared))}")
+    for scale in config.SCALES:
+        own = (data.get(scale) or {}).get(config.JUDGE) or {}
+        repeated = sorted(k for k, v in own.items() if k in top and v == top[k])
+        assert not repeated, f"config/claims/{name}.yaml [{scale}] judge: repeats the scale-free values of {repeated}"
+        assert config.thresholds(name, scale) == {**top, **own}
+
+
+def test_thresholds_merge_the_scale_free_block_then_the_scale_then_overrides(tmp_path, monkeypatch):
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "schema").mkdir()
+    (tmp_path / "claims" / "toy.yaml").write_text(
+        "tiny: {n: 1}\ndefault: {n: 2, judge: {b: 5.0}}\npaper: {n: 3}\njudge: {a: 1.0, b: 2.0}\n")
+    (tmp_path / "schema" / "toy.schema.yaml").write_text(
+        "type: object\nadditionalProperties: false\nproperties:\n  n: {type: integer}\n"
+        "  judge:\n    type: object\n    additionalProperties: false\n    default: {}\n"
+        "    properties: {a: {type: number}, b: {type: number}}\n")
+    monkeypatch.setattr(config, "CONFIG_DIR", tmp_path)
+    config._schema.cache_clear()
+    try:
+        assert config.thresholds("toy", "tiny") == {"a": 1.0, "b": 2.0}
+        assert config.thresholds("toy", "default") == {"a": 1.0, "b": 5.0}
+        assert config.thresholds("toy", "default", {"toy": {"judge": {"a": 7.0}}}) == {"a": 7.0, "b": 5.0}
+        assert config.section("toy", "default") == {"n": 2}
+        assert config.validate_thresholds("toy", "default", {"a": 3.0}) == {"a": 3.0, "b": 5.0}
+    finally:
+        config._schema.cache_clear()

@@ -285,7 +285,8 @@ def test_tiny_end_to_end(tmp_path):
         assert fp["hardware_id"] == "test-hw" and fp["hardware"]["cpu"]  # the configured id, the detected machine
         assert fp["software"]["torch"] and "commit" in fp["git"] and fp["config_hash"]
         frame = pd.read_csv(res / claim / "metrics.csv")
-        assert {"claim", "metric", "unit", "value", "sweep", "published_value", "source"} <= set(frame.columns)
+        assert {"claim", "metric", "unit", "value", "sweep", "published_key"} <= set(frame.columns)
+        assert not {"published_value", "source"} & set(frame.columns)  # the registry's, read when rows are read
         assert set(frame["hardware"]) == {"test-hw"} and verdict["hardware"] == "test-hw"
         page = (tmp_path / f"reports/test-hw/tiny/{claim}.md").read_text()
         assert "Verdict" in page and "Measured beside published" in page

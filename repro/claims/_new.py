@@ -7,9 +7,10 @@ writes the eight files a claim is made of, with a small working example measurem
 - repro/claims/<id>.py              the experiment (``run(params, scale, out) -> (rows, context)``, ``python -m`` entry)
 - repro/judges/<id>.py              its judge (``judge(rows, thresholds, context) -> verdict``), checks declared as data
 - repro/vocabulary/<id>.py          the names both spell (the claim's id; torch-free: the judge imports no measurement)
-- config/claims/<id>.yaml           parameters per scale with the judge's thresholds (``judge:``), and the
-                                    ``workflow`` section (threads, resources, needs)
-- config/schema/<id>.schema.yaml    every parameter's type and meaning
+- config/claims/<id>.yaml           parameters per scale, the judge's thresholds once (a top-level ``judge:``;
+                                    a scale's ``judge:`` only what differs there), and the ``workflow`` section
+                                    (threads, resources, needs)
+- config/schema/<id>.schema.yaml    every parameter's type and meaning (a threshold's too, without a default)
 - repro/registry/published.yaml     the registry entry (code, sources, setup, published values): appended
 - tests/test_claim_<id>.py          tiny run and the judge on null data
 - tests/controls/<id>.py            the negative controls: paper-false data (and ties) the judge must not pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from repro import registry
 from repro.verdicts import Rows, check, decide_point, gate, gated, numbers, setup_table, uses, verdict_from_checks
 from repro.vocabulary.block_numerics import CLAIM
 
@@ -18,7 +19,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     rounding. Secondary: the residual chain's gradient (1 + F'(x), branch gain about 1), fp16 epsilon, and the
     deep-stack trainability experiment, which is decided only when its two controls (the shallow plain stack and
     the deep residual stack) learned in every seed and the deep plain stack agrees across seeds."""
-    R, params, T = Rows(rows), context["params"], thresholds
+    # the published values as the registry holds them now (a stored row names its registry key, not the number)
+    R, params, T = Rows(registry.with_published(rows)), context["params"], thresholds
     deep_checks, gates = _deep_stack_checks(R, T)
     checks = [*_worked_value_checks(R, T), *_plain_chain_checks(R, T), *_residual_chain_checks(R, T),
               *_fp16_checks(R), *deep_checks]

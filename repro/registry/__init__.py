@@ -16,6 +16,9 @@ Public API (pure Python + PyYAML; pandas is imported only by :func:`values_frame
 - :func:`claim` -> one claim's dict
 - :func:`published` -> one value record plus its ``citation`` string
 - :func:`values_frame` -> a pandas DataFrame, one row per value, with a ``citation`` column
+- :func:`with_published` -> metrics rows (a DataFrame or dicts) with the published value, unit and citation each
+  row's ``published_key`` (and ``published_index``) names, read from the registry now: a measured row stores only
+  the key, so a corrected paper number reaches every verdict, page and plot without measuring again
 - :func:`validate` -> check a registry dict; raises :class:`RegistryError` naming claim and key
 """
 
@@ -44,6 +47,8 @@ __all__ = [
     "published",
     "citation",
     "values_frame",
+    "with_published",
+    "PUBLISHED_COLUMNS",
 ]
 
 REGISTRY_PATH = Path(__file__).with_name("published.yaml")
@@ -299,3 +304,56 @@ def values_frame(claim_id: str | None = None):
             rows.append(row)
     extra = sorted({k for r in rows for k in r} - set(_FRAME_COLUMNS))
     return pd.DataFrame(rows, columns=_FRAME_COLUMNS + extra)
+
+
+#: the columns :func:`with_published` fills beside a metrics row from the registry (never stored by a measurement)
+PUBLISHED_COLUMNS = ("published_value", "published_unit", "source")
+
+
+def _present(x: Any) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _resolved(row) -> tuple | None:
+    """(value, unit, citation) of the registry value ``row`` names, or None where it names none that resolves: no
+    key, a key the registry no longer has, or an index past the list. A row stored before rows carried
+    ``published_index`` that holds one element of a list-valued entry keeps it (its index was not recorded)."""
+    key, claim_id = row.get("published_key"), row.get("claim")
+    if not (isinstance(key, str) and key and isinstance(claim_id, str)):
+        return None
+    index = row.get("published_index")
+    try:
+        pub = published(claim_id, key)
+        value = pub["value"]
+        if isinstance(value, list) and _present(index):
+            value = value[int(index)]
+    except (KeyError, IndexError):
+        return None
+    if isinstance(value, list) and not _present(index) and _is_number(row.get("published_value")):
+        return None
+    return value, pub["unit"], pub["citation"]
+
+
+def with_published(rows):
+    """Metrics rows with ``published_value``, ``published_unit`` and ``source`` (the citation) filled from the
+    registry as it is now, for every row whose ``published_key`` resolves (:func:`_resolved`); values an older
+    metrics.csv stored in those columns are overridden, and kept only where the key no longer resolves. Takes a
+    pandas DataFrame (returns a new one) or an iterable of mappings (returns a list of new dicts)."""
+    if hasattr(rows, "columns") and hasattr(rows, "to_dict"):  # a DataFrame: pandas only when the caller has it
+        import pandas as pd  # lazy: keep `import repro.registry` light (the caller already holds a frame)
+
+        frame = rows.copy()
+        resolved = [_resolved(r) for r in frame.to_dict("records")]
+        for i, column in enumerate(PUBLISHED_COLUMNS):
+            old = list(frame[column]) if column in frame else [None] * len(frame)
+            new = [got[i] if got else o for got, o in zip(resolved, old)]
+            frame[column] = pd.Series(new, index=frame.index, dtype=object)
+        return frame
+    out = []
+    for r in rows:
+        r = dict(r)
+        got = _resolved(r)
+        if got:
+            r.update(zip(PUBLISHED_COLUMNS, got))
+        out.append(r)
+    return out

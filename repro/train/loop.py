@@ -42,9 +42,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from repro.artefacts import CKPT_NAME  # the one spelling of a model folder's checkpoint (re-exported)
 from repro.errors import CheckpointError, TrainConfigError
 from repro.io import atomic_temp, atomic_write_json, atomic_write_text, remove_stale_temps
+from repro.layout import CKPT_NAME  # the one spelling of a model folder's checkpoint (re-exported)
 from repro.progress import Progress
 
 log = logging.getLogger("repro.train")

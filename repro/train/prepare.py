@@ -17,10 +17,10 @@ import logging
 import sys
 from pathlib import Path
 
-from repro.artefacts import TOKENIZER_NAME
 from repro.cli import add_params_arguments, load_params, setup_logging
 from repro.data.tokenizer import train_sentencepiece
 from repro.errors import ConfigError
+from repro.layout import TOKENIZER_NAME
 from repro.train.pipeline import load_data, require_path
 
 log = logging.getLogger("repro.translation")
