@@ -387,7 +387,7 @@ def _verdict_cell(c: Cell, col_commit: str, flags: list[int], link: str | None) 
     shown = f"~~{c.status}~~" if stale else f"**{c.status}**"
     parts = [f"[{shown}][{link}]" if link else shown]
     if stale:
-        parts.append("stale")
+        parts.append(f"stale ({c.origin.stale_label()})")
     if c.commit()[:7] and c.commit()[:7] != col_commit:
         parts.append(f"@{c.commit()[:7]}")
     parts += [f"[flag {n}](#flag-{n})" for n in flags]
@@ -492,8 +492,11 @@ def _difference_lines(cells: list[Cell]) -> list[str]:
     lines = []
     stale = [c for c in cells if c.origin and c.origin.stale]
     if stale:
-        lines += _wrap(f"Stale cells (struck through): {len(stale)}, measured by code the checkout no longer runs "
-                       "(rerun them, or publish a new reference).") + [""]
+        kinds = {k: sum(k in c.origin.stale_kinds for c in stale) for k in ("code", "config", "software")}
+        why = ", ".join(f"{n} by their {k}" for k, n in kinds.items() if n)
+        lines += _wrap(f"Stale cells (struck through): {len(stale)}, measured by what the checkout would no longer "
+                       f"measure with ({why}: code, config or software differ; rerun them, or publish a new "
+                       "reference).") + [""]
     by_code = code_differences(cells)
     if by_code:
         lines += _wrap(f"{len(by_code)} claim{'s' if len(by_code) > 1 else ''} whose verdicts differ between columns "

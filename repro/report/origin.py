@@ -82,7 +82,7 @@ class Origin:
         """A cell's note: 'run abc1234 12-02 06:10' or 'ref abc1234 2026-12-01', with 'stale' when it is."""
         when = (self.measured_at or "")[:16].replace("T", " ")
         text = f"{'run' if self.kind == RUN else 'ref'} {self.commit_short()} {when}".strip()
-        return text + (f" **stale** ({self.stale_label()})" if self.stale else "")
+        return text + (" **stale**" if self.stale else "")  # which kind: on the claim's page and the matrix
 
     def stale_label(self) -> str:
         """'code', 'config', 'software' or a combination ('code, software'): what makes it stale."""
