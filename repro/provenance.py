@@ -51,6 +51,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # a path ending in "/" is a package (every file under it)
 JUDGE_SIDE = ("repro/verdicts.py", "repro/judging.py", "repro/intervals.py", "repro/registry/__init__.py",
               "repro/judges/")
+# the packages only a measurement loads: the judge side imports none of them (tests/test_layers.py), and the judging
+# command line never runs the one function-local path into them (repro.config's model-shape check, which the
+# thresholds skip; tests/test_judges_light.py, and the tiny run's record of what each judging job loaded), so a judge
+# key does not follow into them
+MEASUREMENT_PACKAGES = ("repro/model/", "repro/kernels/", "repro/bench/", "repro/train/", "repro/data/",
+                        "repro/quant/", "repro/peers/", "repro/claims/", "repro/artefacts.py")
 # neither measurement nor judge: this module (the keys themselves)
 NOT_CODE = ("repro/provenance.py",)
 PUBLISHED = "repro/registry/published.yaml"
@@ -162,7 +168,7 @@ def module_closure(modules: tuple[str, ...], root: Path = ROOT, stop: tuple[str,
     """The files of ``modules`` and of every repro module they import, transitively; the modules in ``stop`` (paths
     relative to ``root``) are neither included nor followed."""
     seen: dict[str, Path] = {}
-    todo = list(modules)
+    todo = [".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 2)]  # packages run first
     while todo:
         name = todo.pop()
         path = _module_file(name, root)
@@ -227,7 +233,7 @@ def _judge_code(claim: str, root: Path = ROOT) -> dict:
     """The judge's files: repro/judges/<claim>.py and what it imports, the judging machinery that reads the stored
     rows and hands them over (repro/judging.py and its imports), the verdict contract and the published numbers."""
     paths = module_closure((judge_module(claim), "repro.judging", "repro.verdicts", "repro.registry"), root,
-                           stop=NOT_CODE)
+                           stop=NOT_CODE + MEASUREMENT_PACKAGES)
     files = _files_digest(paths, root)
     if (root / PUBLISHED).is_file():
         files[PUBLISHED] = content_digest(root / PUBLISHED)

@@ -183,3 +183,12 @@ def test_the_checkouts_config_key_is_the_workflows(scale):
     for claim in CLAIMS:
         assert config.job_params(claim, scale) == json.loads(run.params(claim)), claim
         assert checkout_config_key(claim, scale) == provenance.claim_keys(claim, run.params(claim))["config"]
+
+
+def test_a_judge_key_holds_no_measurement_code():
+    """The judge key (what re-judges) covers the judge, the judging command line and what they read, and no file
+    of a measurement package: an edit of the model never re-judges by itself (it re-measures, then judges)."""
+    for claim in [*CLAIMS, "translation"]:
+        files = provenance.current_code(claim)["judge_files"]
+        assert {"repro/judging.py", "repro/verdicts.py", "repro/registry/published.yaml"} <= set(files), claim
+        assert not [f for f in files if provenance._stopped(f, provenance.MEASUREMENT_PACKAGES)], claim
