@@ -18,7 +18,7 @@ from snakemake.exceptions import WorkflowError
 from repro import artefacts, provenance, registry
 from repro.bench.fingerprint import hardware_id, slug
 from repro.config import ConfigError, load_run_config, needed, section, thresholds, workflow_spec
-from repro.io import ResultsError, check_results
+from repro.io import ResultsError, check_results, remeasuring
 
 # Snakemake's ``benchmark:`` samples a job's process tree every 0.5 s for its first 15 s, then every 30 s
 # (snakemake.benchmark.BENCHMARK_INTERVAL), and the CPU time a job spends after its last sample is never counted: up
@@ -95,22 +95,37 @@ class Run:
             self.write_stamps()
 
     def check_results(self) -> None:
-        """Before the DAG is built: damaged results (unreadable verdict.json, a metrics.csv that does not match its
-        integrity record) stop the run here, naming the file, before any job removes the page built from them.
-        Reads only: parsing the workflow (a dry run too) writes and deletes nothing under results/ or reports/. (A
-        page whose results are gone is rebuilt by Snakemake itself: its input is missing, so the jobs that make it
-        run, and the page after them.)"""
+        """Before the DAG is built: damaged results (unreadable verdict.json, a file whose bytes do not match the
+        sha256 its verdict.json records, a recorded file missing) stop the run here, naming the file, before any job
+        removes the page built from them. A folder whose measuring job's outputs are gone (an interrupted
+        re-measurement: Snakemake removed them, or the claim's command line did before measuring) is not damaged:
+        Snakemake measures and judges it again. Reads only: parsing the workflow (a dry run too) writes and deletes
+        nothing under results/ or reports/. (A page whose results are gone is rebuilt by Snakemake itself: its input
+        is missing, so the jobs that make it run, and the page after them.)"""
         for claim in self.cfg["claims"]:
             if claim not in self.claims_with_workflow:
                 continue
             res, page = Path(self.res) / claim, Path(self.rep) / f"{claim}.md"
             if not (res / "verdict.json").exists():
                 continue
+            gone = remeasuring(res)
+            if gone:
+                self._remeasure(claim, gone)
+                continue
             try:
-                check_results(res)  # verdict readable, metrics.csv matching its integrity record
+                check_results(res)  # every recorded file matching its sha256, unless it is being re-measured
             except ResultsError as exc:
                 raise WorkflowError(f"damaged results: {exc}. The page {page} is kept; move {res} aside to rerun "
                                   f"{claim}.") from None
+
+    def _remeasure(self, claim: str, gone: list[str]) -> None:
+        """A claim whose measuring job's outputs are gone while its page is still there: Snakemake leaves missing
+        intermediate files alone while the page looks up to date, so the claim's ``remeasure`` stamp, an input of
+        its page, gets new content (under .snakemake/, which a dry run may write; Snakemake compares an input's
+        checksum, not only its time): the page, and so the measuring and judging jobs it needs, run again."""
+        provenance.write_stamp(self.stamp(claim, "remeasure"), f"{claim}: {', '.join(gone)} gone at {time.time()}")
+        print(f"repro: {claim}: {', '.join(gone)} gone (an interrupted re-measurement): measured and judged again",
+              file=sys.stderr)
 
     # ---- freshness by content (repro.provenance): the stamp files the measuring and judging jobs take as input
     def needs(self, claim: str) -> tuple[str, ...]:
@@ -165,6 +180,9 @@ class Run:
                        for job in provenance.ARTEFACT_CODE]
             stamps.append(("translation_evaluate.judge", self.stamp("translation_evaluate", "judge"),
                            self.artefact_keys("translation_evaluate")["judge"]))
+        for claim in self.cfg["claims"]:  # changed only by _remeasure; the first one is new (pages rebuilt once)
+            if claim in self.claims_with_workflow and not Path(self.stamp(claim, "remeasure")).exists():
+                provenance.write_stamp(self.stamp(claim, "remeasure"), f"{claim}: measured")
         changed = [name for name, path, key in stamps if Path(path).exists() and provenance.write_stamp(path, key)]
         new = [name for name, path, key in stamps if not Path(path).exists() and provenance.write_stamp(path, key)]
         if changed:
