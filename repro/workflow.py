@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from snakemake import benchmark
 from snakemake.exceptions import WorkflowError
 
@@ -91,8 +92,28 @@ class Run:
         self.refs = self.cfg["references_dir"]
         finer_benchmarks()
         if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
+            self.clear_stale_locks()
             self.check_results()
             self.write_stamps()
+
+    def clear_stale_locks(self) -> None:
+        """Hold .snakemake/repro/run.lock (an OS lock: released when this Snakemake exits, however it dies) for as
+        long as this process runs; when no other Snakemake of this directory holds it, the locks Snakemake left in
+        .snakemake/locks/ are a killed run's (kill -9, a lost terminal) and are removed, so the same command runs
+        again without ``--unlock``. With another run holding it, its locks are live and stay."""
+        Path(".snakemake", "repro").mkdir(parents=True, exist_ok=True)
+        lock = FileLock(Path(".snakemake", "repro", "run.lock"), blocking=False)
+        try:
+            lock.acquire()
+        except Timeout:
+            return
+        self._run_lock = lock  # kept: released with the process (the descriptor is not inherited by the jobs)
+        stale = sorted(Path(".snakemake", "locks").glob("*.lock"))
+        for f in stale:
+            f.unlink(missing_ok=True)
+        if stale:
+            print(f"repro: removed {len(stale)} Snakemake locks left by a run that was killed (no Snakemake of this "
+                  f"directory is running)", file=sys.stderr)
 
     def check_results(self) -> None:
         """Before the DAG is built: damaged results (unreadable verdict.json, a file whose bytes do not match the
