@@ -157,8 +157,11 @@ def _same_claim(ref: Path, d: Path) -> None:
     assert (ref / "metrics.csv").read_bytes() == (d / "metrics.csv").read_bytes(), f"{d}/metrics.csv differs"
     va, vb = (json.loads((x / "verdict.json").read_text()) for x in (ref, d))
     # who and when measured and judged (provenance, rejudged) describe the run, not its results
-    drop = {"timestamp", "runtime_s", "commit", "provenance", "rejudged"}
+    # (integrity: measured.json's and fingerprint.json's records hold their times too)
+    drop = {"timestamp", "runtime_s", "commit", "provenance", "rejudged", "integrity"}
     assert {k: v for k, v in va.items() if k not in drop} == {k: v for k, v in vb.items() if k not in drop}
+    assert va["integrity"]["metrics.csv"] == vb["integrity"]["metrics.csv"]
+    assert set(va["integrity"]) == set(vb["integrity"])
     assert json.loads((ref / "config.json").read_text()) == json.loads((d / "config.json").read_text())
 
 
