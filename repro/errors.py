@@ -5,7 +5,8 @@
   dotted key. ``TrainConfigError`` (training parameters, repro.train.loop) and ``RegistryError`` (the published
   numbers, repro/registry/published.yaml) are kinds of it, as are the claims' own parameter errors
   (head_pruning's ClaimParamError, LayerPruningError, QuantizationError).
-- ``ResultsError``: a results file is missing, damaged or does not match its integrity record.
+- ``ResultsError``: a results file is missing, damaged or does not match its integrity record; ``FolderBusy``: a
+  results folder is being written by another process (its writer lock is held; the message names the holder's pid).
 - ``ArtefactError``: an input artefact (corpus, tokenizer, checkpoint, imported model) is missing or malformed; the
   shared trained artefacts of repro.artefacts raise it naming the claim's config key. Kinds:
   ``CorpusError``, ``MoFormatError`` (.mo catalogs), ``FairseqFormatError`` (fairseq data-bins and dictionaries),
@@ -32,6 +33,10 @@ class RegistryError(ConfigError):
 
 class ResultsError(ReproError):
     """A results file is missing, damaged or does not match its integrity record; the message names the file."""
+
+
+class FolderBusy(ResultsError):
+    """Another process holds a results folder's writer lock; the message names the folder and the holder's pid."""
 
 
 class ArtefactError(ReproError):

@@ -18,12 +18,15 @@ import json
 import math
 import os
 import tempfile
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
+
+from filelock import FileLock, Timeout
 
 from repro import registry
-from repro.errors import ResultsError
+from repro.errors import FolderBusy, ResultsError
 from repro.kinds import resolve_kind, stored_kind
 from repro.layout import CKPT_NAME
 from repro.provenance import git_commit
@@ -76,7 +79,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    atomic_write_text(path, _json_text(obj))
+
+
+def _json_text(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
 
 
 def _json_default(o):
@@ -117,6 +124,15 @@ def _finite(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
+def start_measurement(out_dir: str | Path) -> None:
+    """Before a measurement (or a part of one) changes a claim's folder: remove its verdict.json, then its
+    measured.json, so a folder whose measurement is interrupted reads as being re-measured (:func:`remeasuring`),
+    never as a finished result whose files have changed (which the workflow refuses as damage)."""
+    out = Path(out_dir)
+    (out / "verdict.json").unlink(missing_ok=True)
+    (out / "measured.json").unlink(missing_ok=True)
+
+
 def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], config: Mapping,
                       fingerprint: Mapping, artifacts: Iterable[str] = (), keys: Mapping | None = None,
                       context: Mapping | None = None, inputs: Mapping | None = None,
@@ -133,10 +149,7 @@ def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: I
     import pandas as pd  # lazy: pandas costs a second at import, and the Snakefile imports this module
 
     out = Path(out_dir)
-    # the record marks a complete measurement: drop the old ones first, so a run killed while writing leaves
-    # neither beside new metrics (and the integrity record catches any other mismatch)
-    (out / "verdict.json").unlink(missing_ok=True)
-    (out / "measured.json").unlink(missing_ok=True)
+    start_measurement(out)  # the records mark a complete measurement: never beside new metrics
     fp = dict(fingerprint)
     fp["config_hash"] = config_hash(config)
     fp["scale"], fp["claim"] = scale, claim
@@ -154,10 +167,12 @@ def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: I
     frame = pd.DataFrame(rows, columns=None if rows else METRIC_COLUMNS)
     csv_text = frame.to_csv(index=False)
     atomic_write_text(out / "metrics.csv", csv_text)
-    atomic_write_json(out / "config.json", {"claim": claim, "scale": scale, "config": config})
-    atomic_write_json(out / "fingerprint.json", fp)
-    integrity = {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame)),  # checked by the report
-                 **declare_artifacts(out, artifacts)}
+    integrity = {"metrics.csv": _integrity(csv_text.encode("utf-8"), len(frame))}  # checked by the report
+    for name, obj in (("config.json", {"claim": claim, "scale": scale, "config": config}), ("fingerprint.json", fp)):
+        text = _json_text(obj)
+        atomic_write_text(out / name, text)
+        integrity[name] = file_record(text.encode("utf-8"))
+    integrity.update(declare_artifacts(out, artifacts))
     record = {"claim": claim, "scale": scale, "hardware": fp["hardware_id"], "commit": fp["git"]["commit"],
               "dirty": fp["git"].get("dirty"), "started": started or fp["timestamp"],
               "finished": _now(), "keys": dict(keys or {}), "inputs": input_hashes(inputs or {}),
@@ -170,15 +185,19 @@ def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: I
 def write_verdict(out_dir: str | Path, verdict: Mapping, measured: Mapping, judge_key: str | None = None,
                   **extra) -> dict:
     """verdict.json: the judge's verdict on the measurement ``measured`` (measured.json's record), with the
-    measurement's commit and time, its integrity record, and ``provenance``: who measured (commit, dirty, start and
-    end, keys) and who judged (commit, dirty, time, judge key)."""
+    measurement's commit and time, its integrity record (measured.json's, plus measured.json's own bytes and a record
+    of any core file measured before records covered it: :func:`seal_integrity`), and ``provenance``: who measured
+    (commit, dirty, start and end, keys) and who judged (commit, dirty, time, judge key)."""
     git = git_commit()
+    integrity, sealed = seal_integrity(out_dir, measured.get("integrity"))
     provenance = {"source": "run", "measured": {k: measured.get(k) for k in ("commit", "dirty", "started", "finished",
                                                                              "keys", "inputs")},
                   "judged": {"commit": git["commit"], "dirty": git.get("dirty"), "timestamp": _now(),
                              "judge_key": judge_key or (measured.get("keys") or {}).get("judge")}}
+    if sealed:  # recorded now, not when measured: the page says so
+        provenance["judged"]["sealed"] = sealed
     record = {**verdict, **extra, "scale": measured["scale"], "hardware": measured["hardware"],
-              "commit": measured["commit"], "timestamp": measured["started"], "integrity": measured["integrity"],
+              "commit": measured["commit"], "timestamp": measured["started"], "integrity": integrity,
               "provenance": provenance}
     atomic_write_json(Path(out_dir) / "verdict.json", record)
     return record
@@ -240,6 +259,35 @@ def _integrity(data: bytes, rows: int) -> dict:
     return {"rows": int(rows), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def file_record(data: bytes) -> dict:
+    """An integrity record of one result file: its size and sha256."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def seal_integrity(out_dir: str | Path, integrity: Mapping | None) -> tuple[dict, list[str]]:
+    """(the integrity record a verdict.json carries, the core files recorded here rather than when measured):
+    measured.json's record (``integrity``) plus measured.json's own bytes (a file cannot hold its own hash), and a
+    record of each core file present that the measurement did not record (results measured before their records
+    existed: the judging records what it judged). Declared files are the measurement's to name."""
+    out = Path(out_dir)
+    sealed = dict(integrity or {})
+    added = []
+    for name in (*MEASURED_FILES, "measured.json"):
+        path = out / name
+        if name in sealed or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if name == "metrics.csv":
+            import pandas as pd  # lazy: pandas costs a second at import, and the Snakefile imports this module
+
+            sealed[name] = _integrity(data, len(pd.read_csv(path, dtype=str)))
+        else:
+            sealed[name] = file_record(data)
+        if name != "measured.json":
+            added.append(name)
+    return sealed, added
+
+
 def declare_artifacts(out_dir: str | Path, patterns: Iterable[str]) -> dict:
     """verdict.json ``integrity`` entries (relative path -> bytes, sha256) of the files in ``out_dir`` matching
     ``patterns``; a pattern matching no file raises ResultsError naming it."""
@@ -256,6 +304,10 @@ def declare_artifacts(out_dir: str | Path, patterns: Iterable[str]) -> dict:
 
 
 CORE_FILES = ("metrics.csv", "verdict.json", "config.json", "fingerprint.json", "measured.json")
+MEASURED_FILES = ("metrics.csv", "config.json", "fingerprint.json")  # recorded in measured.json's integrity
+# the measuring job's outputs (rule claim): Snakemake removes them to measure again, and a claim's command line
+# removes measured.json (and verdict.json) before it measures, so a folder without one is being re-measured
+MEASUREMENT_OUTPUTS = ("metrics.csv", "measured.json")
 
 
 def declared_files(verdict: Mapping) -> list[str]:
@@ -343,14 +395,45 @@ def _missing_columns(csv_path: Path, columns) -> None:
                            "; rerun the claim")
 
 
-def check_results(folder: str | Path) -> dict:
-    """A quick check of a claim's results folder before a workflow runs: verdict.json readable, metrics.csv
-    matching its integrity record (older results without one: a readable header). Returns the verdict."""
+def remeasuring(folder: str | Path) -> list[str]:
+    """The measuring job's outputs missing from a claim's results ``folder`` (MEASUREMENT_OUTPUTS): a non-empty
+    list means its measurement is being redone (an interrupted re-measurement, a removed output), so whatever its
+    old verdict.json records is about to be replaced, not damaged."""
+    return [n for n in MEASUREMENT_OUTPUTS if not (Path(folder) / n).is_file()]
+
+
+def verify_results(folder: str | Path, verdict: Mapping | None = None) -> list[str]:
+    """Check every file a claim's verdict.json records (metrics.csv, measured.json, config.json, fingerprint.json,
+    the declared files) against its sha256; returns the names checked. A missing or changed file raises
+    ResultsError naming it; a verdict without a record checks nothing (returns [], the page says "unverified")."""
     folder = Path(folder)
+    verdict = read_verdict(folder) if verdict is None else verdict
+    checked = []
+    for name, rec in (verdict.get("integrity") or {}).items():
+        path = folder / name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ResultsError(f"{path}: missing (recorded in {folder / 'verdict.json'}); rerun the claim") from None
+        if not isinstance(rec, Mapping) or hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+            raise ResultsError(f"{path}: damaged or changed since the run: content does not match the sha256 "
+                               f"recorded in verdict.json; rerun the claim")
+        checked.append(name)
+    return checked
+
+
+def check_results(folder: str | Path) -> dict | None:
+    """A quick check of a claim's results folder before a workflow runs. A folder being re-measured (a measuring
+    job's output gone: :func:`remeasuring`) is not checked: the workflow measures and judges it again (None).
+    Otherwise verdict.json must be readable and every file it records must match its sha256 (:func:`verify_results`;
+    older results without a record: metrics.csv with a readable header). Returns the verdict."""
+    folder = Path(folder)
+    if remeasuring(folder):
+        return None
     v = read_verdict(folder / "verdict.json")
+    verify_results(folder, v)
     csv_path = folder / "metrics.csv"
     if (v.get("integrity") or {}).get("metrics.csv"):
-        check_integrity(csv_path, v)
         return v
     try:
         with open(csv_path, encoding="utf-8") as fh:
@@ -361,6 +444,32 @@ def check_results(folder: str | Path) -> dict:
         raise ResultsError(f"{csv_path}: damaged, not text ({exc}); rerun the claim") from None
     _missing_columns(csv_path, header.split(",") if header else [])
     return v
+
+
+@contextmanager
+def writer_lock(folder: str | Path, name: str = ".lock") -> Iterator[Path]:
+    """Hold the one-writer lock of a results ``folder`` (``folder/name``, an OS lock: released when its holder
+    exits, however it dies) and record the holder's pid beside it (``<name>.pid``). A second writer fails at once
+    with FolderBusy naming the folder and the holder's pid."""
+    folder = Path(folder)
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pid_file = path.with_name(f"{path.name}.pid")
+    lock = FileLock(path, blocking=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        try:
+            holder = pid_file.read_text().strip() or "unknown"
+        except OSError:
+            holder = "unknown"
+        raise FolderBusy(f"{folder}: another process is writing these results (pid {holder}, holding {path}); "
+                           f"wait for it to finish or stop it, then rerun") from None
+    try:
+        atomic_write_text(pid_file, f"{os.getpid()}\n")
+        yield path
+    finally:
+        lock.release()
 
 
 def read_metrics(path: str | Path, verify: bool = True):

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from snakemake import benchmark
 from snakemake.exceptions import WorkflowError
 
@@ -20,7 +21,7 @@ from repro import artefacts, provenance, registry
 from repro.bench.fingerprint import hardware_id
 from repro.config import (ConfigError, check_config_files, load_run_config, needed, section, thresholds,
                           workflow_spec)
-from repro.io import ResultsError, check_results
+from repro.io import ResultsError, check_results, remeasuring
 
 # Snakemake's ``benchmark:`` samples a job's process tree every 0.5 s for its first 15 s, then every 30 s
 # (snakemake.benchmark.BENCHMARK_INTERVAL), and the CPU time a job spends after its last sample is never counted: up
@@ -100,26 +101,61 @@ class Run:
         self.refs = self.cfg["references_dir"]
         finer_benchmarks()
         if main_process:  # not again inside each job (cluster jobs re-read the Snakefile while others write)
+            self.clear_stale_locks()
             self.check_results()
             self.write_stamps()
 
+    def clear_stale_locks(self) -> None:
+        """Hold .snakemake/repro/run.lock (an OS lock: released when this Snakemake exits, however it dies) for as
+        long as this process runs; when no other Snakemake of this directory holds it, the locks Snakemake left in
+        .snakemake/locks/ are a killed run's (kill -9, a lost terminal) and are removed, so the same command runs
+        again without ``--unlock``. With another run holding it, its locks are live and stay."""
+        Path(".snakemake", "repro").mkdir(parents=True, exist_ok=True)
+        lock = FileLock(Path(".snakemake", "repro", "run.lock"), blocking=False)
+        try:
+            lock.acquire()
+        except Timeout:
+            return
+        self._run_lock = lock  # kept: released with the process (the descriptor is not inherited by the jobs)
+        stale = sorted(Path(".snakemake", "locks").glob("*.lock"))
+        for f in stale:
+            f.unlink(missing_ok=True)
+        if stale:
+            print(f"repro: removed {len(stale)} Snakemake locks left by a run that was killed (no Snakemake of this "
+                  f"directory is running)", file=sys.stderr)
+
     def check_results(self) -> None:
-        """Before the DAG is built: damaged results (unreadable verdict.json, a metrics.csv that does not match its
-        integrity record) stop the run here, naming the file, before any job removes the page built from them.
-        Reads only: parsing the workflow (a dry run too) writes and deletes nothing under results/ or reports/. (A
-        page whose results are gone is rebuilt by Snakemake itself: its input is missing, so the jobs that make it
-        run, and the page after them.)"""
+        """Before the DAG is built: damaged results (unreadable verdict.json, a file whose bytes do not match the
+        sha256 its verdict.json records, a recorded file missing) stop the run here, naming the file, before any job
+        removes the page built from them. A folder whose measuring job's outputs are gone (an interrupted
+        re-measurement: Snakemake removed them, or the claim's command line did before measuring) is not damaged:
+        Snakemake measures and judges it again. Reads only: parsing the workflow (a dry run too) writes and deletes
+        nothing under results/ or reports/. (A page whose results are gone is rebuilt by Snakemake itself: its input
+        is missing, so the jobs that make it run, and the page after them.)"""
         for claim in self.cfg["claims"]:
             if claim not in self.claims_with_workflow:
                 continue
             res, page = Path(self.res) / claim, Path(self.rep) / f"{claim}.md"
             if not (res / "verdict.json").exists():
                 continue
+            gone = remeasuring(res)
+            if gone:
+                self._remeasure(claim, gone)
+                continue
             try:
-                check_results(res)  # verdict readable, metrics.csv matching its integrity record
+                check_results(res)  # every recorded file matching its sha256, unless it is being re-measured
             except ResultsError as exc:
                 raise WorkflowError(f"damaged results: {exc}. The page {page} is kept; move {res} aside to rerun "
                                   f"{claim}.") from None
+
+    def _remeasure(self, claim: str, gone: list[str]) -> None:
+        """A claim whose measuring job's outputs are gone while its page is still there: Snakemake leaves missing
+        intermediate files alone while the page looks up to date, so the claim's ``remeasure`` stamp, an input of
+        its page, gets new content (under .snakemake/, which a dry run may write; Snakemake compares an input's
+        checksum, not only its time): the page, and so the measuring and judging jobs it needs, run again."""
+        provenance.write_stamp(self.stamp(claim, "remeasure"), f"{claim}: {', '.join(gone)} gone at {time.time()}")
+        print(f"repro: {claim}: {', '.join(gone)} gone (an interrupted re-measurement): measured and judged again",
+              file=sys.stderr)
 
     # ---- freshness by content (repro.provenance): the stamp files the measuring and judging jobs take as input
     def needs(self, claim: str) -> tuple[str, ...]:
@@ -174,6 +210,9 @@ class Run:
                        for job in provenance.ARTEFACT_CODE]
             stamps.append(("translation_evaluate.judge", self.stamp("translation_evaluate", "judge"),
                            self.artefact_keys("translation_evaluate")["judge"]))
+        for claim in self.cfg["claims"]:  # changed only by _remeasure; the first one is new (pages rebuilt once)
+            if claim in self.claims_with_workflow and not Path(self.stamp(claim, "remeasure")).exists():
+                provenance.write_stamp(self.stamp(claim, "remeasure"), f"{claim}: measured")
         changed = [name for name, path, key in stamps if Path(path).exists() and provenance.write_stamp(path, key)]
         new = [name for name, path, key in stamps if not Path(path).exists() and provenance.write_stamp(path, key)]
         if changed:

@@ -94,6 +94,54 @@ def test_declared_files_recorded_checked_and_refused_otherwise(tmp_path):
                       artifacts=("missing.json",))
 
 
+def _param_accounting_results(folder: Path) -> Path:
+    write_results(folder, claim="param_accounting", scale="tiny", fingerprint=FP, config={"x": 1},
+                  metrics=[metric("param_accounting", "m", float(i), row=i) for i in range(3)],
+                  verdict=verdict("param_accounting", "not_applicable", "tiny"))
+    return folder
+
+
+def test_every_result_file_is_recorded_and_checked_by_the_page(tmp_path):
+    """verdict.json records metrics.csv, config.json, fingerprint.json and measured.json; the page checks each one
+    (a changed config.json stops it, naming the file) and says how many it checked."""
+    from repro.io import check_results
+
+    res = _param_accounting_results(tmp_path / "res")
+    rec = read_verdict(res)["integrity"]
+    assert set(rec) == {"metrics.csv", "config.json", "fingerprint.json", "measured.json"}
+    page = claim_page("param_accounting", res, tmp_path / "p.md", tmp_path / "fig")
+    assert "Integrity: 4 files checked" in page.read_text() and "unverified" not in page.read_text()
+    for name in ("config.json", "fingerprint.json", "measured.json"):
+        good = (res / name).read_bytes()
+        (res / name).write_bytes(good.replace(b"{", b"{ ", 1))
+        with pytest.raises(ResultsError, match=rf"{name}: damaged or changed since the run"):
+            claim_page("param_accounting", res, tmp_path / "p.md", tmp_path / "fig")
+        with pytest.raises(ResultsError, match=rf"{name}: damaged or changed"):
+            check_results(res)
+        (res / name).write_bytes(good)
+    (res / "measured.json").unlink()
+    assert check_results(res) is None  # an interrupted re-measurement, not damage
+
+
+def test_a_verdict_without_a_record_is_unverified_and_sealing_records_it(tmp_path):
+    from repro.report.publish import seal_reference
+
+    res = _param_accounting_results(tmp_path / "references/results/hw-test/tiny/param_accounting")
+    v = read_verdict(res)
+    v.pop("integrity")
+    (res / "verdict.json").write_text(json.dumps(v))
+    page = claim_page("param_accounting", res, tmp_path / "p.md", tmp_path / "fig").read_text()
+    assert "**Integrity: unverified**" in page
+    sealed = seal_reference(tmp_path / "references", check_tree=False)
+    assert sealed == [res / "verdict.json"]
+    v = read_verdict(res)
+    assert set(v["integrity"]) == {"metrics.csv", "config.json", "fingerprint.json", "measured.json"}
+    assert v["integrity_sealed"]["files"] == sorted(v["integrity"]) and v["verdict"] == "not_applicable"
+    page = (tmp_path / "references/reports/hw-test/tiny/param_accounting.md").read_text()
+    assert "unverified" not in page and "recorded after the measurement" in page
+    assert seal_reference(tmp_path / "references", check_tree=False) == []  # nothing left to record
+
+
 def _committed_results() -> dict[str, Path]:
     """One committed results folder per claim that has a plot module (default scale, first machine found)."""
     found: dict[str, Path] = {}

@@ -227,12 +227,48 @@ def test_page_without_results_is_stale_and_the_claim_reruns(tmp_path):
     `snakemake claim_<id>` said "Nothing to be done"."""
     res, page = _tiny_results(tmp_path)
     for f in ("verdict.json", "metrics.csv"):
-        (res / f).unlink()  # what Snakemake leaves after interrupting the forced claim job
+        (res / f).unlink()
     r = smk("claim_param_accounting", "-n", "--directory", str(tmp_path), "--cores", "1", *CFG, cwd=tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert "param_accounting" in planned_jobs(out) and "Nothing to be done" not in out, out[-3000:]
     assert page.exists(), "a dry run deletes nothing: the page is rebuilt by the jobs it plans"
+
+
+BN = ["--config", "scale=tiny", "hardware=test-hw", "claims=[block_numerics]"]
+
+
+@pytest.mark.slow  # two tiny runs of a claim through Snakemake (~40 s): the second stage
+def test_interrupted_remeasurement_resumes(tmp_path):
+    """An interrupted re-measurement: Snakemake removed the measuring job's outputs (metrics.csv, measured.json) and
+    was stopped; verdict.json, another job's output, survived. The next run refused it as "damaged results"; now it
+    measures and judges again, and finishes. Bytes that fail their record are still refused, naming the file."""
+    r = smk("claim_block_numerics", "--directory", str(tmp_path), "--cores", "2", *BN, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = tmp_path / "results/test-hw/tiny/block_numerics"
+    first = json.loads((res / "measured.json").read_text())
+    assert {"metrics.csv", "config.json", "fingerprint.json", "measured.json"} <= set(
+        json.loads((res / "verdict.json").read_text())["integrity"])
+    for name in ("metrics.csv", "measured.json"):  # what Snakemake removes before re-measuring; verdict.json stays
+        (res / name).unlink()
+    r = smk("claim_block_numerics", "-n", "--directory", str(tmp_path), "--cores", "2", *BN, cwd=tmp_path)
+    assert r.returncode == 0 and "block_numerics" in planned_jobs(r.stdout + r.stderr), r.stdout[-3000:] + r.stderr[-3000:]
+    r = smk("claim_block_numerics", "--directory", str(tmp_path), "--cores", "2", *BN, cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert {"block_numerics", "block_numerics.verdict", "claim_report"} <= set(planned_jobs(out)), out[-3000:]
+    again = json.loads((res / "measured.json").read_text())
+    verdict = json.loads((res / "verdict.json").read_text())
+    assert again["started"] >= first["finished"] and verdict["timestamp"] == again["started"]
+    from repro.io import check_results
+    assert check_results(res)["integrity"]["metrics.csv"]["sha256"] == again["integrity"]["metrics.csv"]["sha256"]
+    # real damage: a recorded file whose bytes changed is refused, naming it, before anything runs
+    cfg = res / "config.json"
+    cfg.write_text(cfg.read_text().replace('"tiny"', '"tinY"', 1))
+    r = smk("claim_block_numerics", "-n", "--directory", str(tmp_path), "--cores", "2", *BN, cwd=tmp_path)
+    assert r.returncode != 0 and "damaged results" in r.stdout + r.stderr and \
+        "results/test-hw/tiny/block_numerics/config.json: damaged or changed" in r.stdout + r.stderr, \
+        r.stdout[-3000:] + r.stderr[-3000:]
 
 
 # --- item 7: damaged inputs named; old page kept ----------------------------------------------------------------
@@ -384,3 +420,32 @@ def test_readme_python_module_commands_exist_and_parse():
     for mod in sorted(mods):
         r = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "usage:" in r.stdout, f"README: python -m {mod} --help\n{r.stderr[-2000:]}"
+
+
+# --- one writer per results folder -------------------------------------------------------------------------------
+
+def test_second_writer_of_a_results_folder_fails_at_once_and_a_killed_one_blocks_nothing(tmp_path):
+    """Two runs of a claim's command line into one folder: the second stops at once, naming the folder and the
+    first one's pid; a writer killed with SIGKILL leaves no lock behind (the OS lock dies with it)."""
+    import signal
+    import time
+
+    from repro.io import writer_lock
+
+    out = tmp_path / "param_accounting"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom repro.io import writer_lock\n"
+                               f"with writer_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.time()
+        r = subprocess.run([sys.executable, "-m", "repro.claims.param_accounting", "--scale", "tiny", "--out",
+                            str(out)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1 and f"{out}: another process is writing" in r.stderr, r.stderr[-2000:]
+        assert f"pid {holder.pid}" in r.stderr and "Traceback" not in r.stderr and time.time() - t0 < 60
+        assert not (out / "metrics.csv").exists()  # it wrote nothing
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with writer_lock(out):  # the killed holder's lock went with it
+        pass

@@ -121,6 +121,7 @@ rule claim_report:
     input:
         verdict=f"{W.res}/{{claim}}/verdict.json",
         metrics=f"{W.res}/{{claim}}/metrics.csv",
+        stamp=W.stamp("{claim}", "remeasure"),  # changed when the measurement's outputs are gone (repro.workflow.Run)
     output:
         page=f"{W.rep}/{{claim}}.md",
         html=f"{W.rep}/{{claim}}.html",

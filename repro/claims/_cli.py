@@ -18,12 +18,14 @@ import logging
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 from repro import config, provenance
 from repro.bench.fingerprint import fingerprint
-from repro.io import atomic_write_json, remove_stale_temps, write_measurement
+from repro.errors import FolderBusy
+from repro.io import atomic_write_json, remove_stale_temps, start_measurement, write_measurement, writer_lock
 from repro.cli import (load_keys, load_params, out_folder, positive_int,  # noqa: F401 (setup_logging: claims')
                        setup_logging)
 # the judging machinery (judge-side: a change there re-judges, never re-measures), re-exported for the claims' tests
@@ -106,7 +108,8 @@ def main(claim: str, run: Callable, argv=None) -> int:
             parser.error(str(exc))
     thresholds = load_thresholds(parser, claim, args.scale, args.thresholds)
     if args.rejudge:
-        rejudge(claim, args.out, args.scale, thresholds, judge_key=(keys or {}).get("judge"))
+        with _one_writer(args.out):
+            rejudge(claim, args.out, args.scale, thresholds, judge_key=(keys or {}).get("judge"))
         return 0
     params = load_params(parser, claim, args.scale, args.params)
     key_params = json.loads(args.params) if args.params else params  # what the workflow hashed
@@ -121,10 +124,25 @@ def main(claim: str, run: Callable, argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     part = getattr(args, "part", None)
     log.info("%s: scale=%s params=%s", claim, args.scale, json.dumps(params))
-    if part is not None:
-        return _run_part(claim, module, params, args, part)
-    remove_stale_temps(args.out)  # left by a killed earlier run (a part job shares the folder: not there)
-    return _measure(claim, run, module, params, args, keys, given, started, thresholds)
+    # parts of one claim run side by side in its folder, each alone in its own share; the claim job (after them)
+    # and re-judging hold the whole folder
+    with _one_writer(args.out, None if part is None else f"parts/.lock-{part[0]}-of-{part[1]}"):
+        start_measurement(args.out)  # an interrupted measurement leaves a folder that reads as being re-measured
+        if part is not None:
+            return _run_part(claim, module, params, args, part)
+        remove_stale_temps(args.out)  # left by a killed earlier run (a part job shares the folder: not there)
+        return _measure(claim, run, module, params, args, keys, given, started, thresholds)
+
+
+@contextmanager
+def _one_writer(out: Path, name: str | None = None):
+    """The results folder's writer lock (repro.io.writer_lock; ``name``: a part's own); a second writer of the same
+    folder (or part) stops at once, naming the folder and the holder's pid."""
+    try:
+        with writer_lock(out, name or ".lock"):
+            yield
+    except FolderBusy as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _parser(claim: str, run: Callable, module) -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ from .publish import (
     publish_peers,
     rejudge_reference,
     render_reference,
+    seal_reference,
 )
 
 
@@ -65,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--scale", required=True, choices=config.SCALES)
     j.add_argument("--references", default="references")
     j.add_argument("--claims", nargs="*", default=None, help="only these claims (default: every claim)")
+    s = sub.add_parser("seal-reference", help="maintainers: give committed references' verdicts the integrity "
+                                              "records they lack (nothing judged again), then re-render their pages")
+    s.add_argument("--references", default="references")
+    s.add_argument("--hardware", default=None, help="one machine (default: every reference)")
+    s.add_argument("--scale", default=None, choices=config.SCALES, help="one scale (default: every scale)")
     return parser
 
 
@@ -89,6 +95,9 @@ def main(argv=None) -> int:
             names = rejudge_reference(args.hardware, args.scale, args.references, claims=args.claims)
             print(f"re-judged {len(names)} claims of {args.references}/results/{args.hardware}/{args.scale}; "
                   f"commit it (git add {args.references})")
+        elif args.cmd == "seal-reference":
+            sealed = seal_reference(args.references, args.hardware, args.scale)
+            print(f"sealed {len(sealed)} verdicts under {args.references}/results; commit it (git add {args.references})")
         elif args.cmd == "claim":
             claim_page(args.claim, args.results, args.page, args.figures)
         else:

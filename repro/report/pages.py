@@ -22,7 +22,8 @@ import pandas as pd
 from repro import registry
 from repro.report import headline, peers, runtime
 from repro.report.origin import RUN, WAIVER, origin_of
-from repro.io import atomic_write_text, declared_files, read_json, read_metrics, read_verdict
+from repro.io import (CORE_FILES, atomic_write_text, declared_files, read_json, read_metrics, read_verdict,
+                      verify_results)
 from repro.verdicts import _meaning
 
 log = logging.getLogger("repro.report")
@@ -86,6 +87,7 @@ def read_results(results_dir: str | Path) -> tuple[dict, dict, pd.DataFrame]:
     """verdict.json, fingerprint.json and metrics.csv of one claim's results folder (the pages' only reader)."""
     results_dir = Path(results_dir)
     verdict = read_verdict(results_dir / "verdict.json")  # damaged files raise ResultsError naming the file
+    verify_results(results_dir, verdict)  # every file verdict.json records, against its sha256
     fp = read_json(results_dir / "fingerprint.json")
     return verdict, fp, read_metrics(results_dir)  # checked against verdict.json's integrity record (rows, sha256)
 
@@ -302,14 +304,47 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
                            ("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
                             + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
                                "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))]
+    blocks += integrity_blocks(verdict, kind)
     blocks += verdict_blocks(verdict) + power_blocks(claim, verdict, results_dir) + _published_blocks(metrics)
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
     blocks += [("h2", "Where these numbers come from"),
                ("list", [*_fingerprint_lines(fp), *_waiver_lines(results_dir),
                          f"Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, "
-                         f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s"])]
+                         f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s",
+                         *_integrity_lines(verdict)])]
     return blocks
+
+
+UNRECORDED = [n for n in CORE_FILES if n != "verdict.json"]  # the files a verdict's integrity record should cover
+
+
+def integrity_blocks(verdict: dict, kind: str = RUN) -> list[tuple]:
+    """An "unverified" line for a verdict.json without an integrity record (results written before records
+    existed): nothing on the page could be checked against the run's bytes. Records are made by judging again."""
+    if verdict.get("integrity"):
+        return []
+    how = ("`python -m repro.report rejudge-reference --hardware <hw> --scale <scale>` records them" if kind != RUN
+           else "measuring or re-judging the claim records them")
+    return [("p", f"**Integrity: unverified**: verdict.json records no sha256 of this result's files, so they "
+                  f"were not checked against the run; {how}.")]
+
+
+def _integrity_lines(verdict: dict) -> list[str]:
+    """The page's integrity line: how many files were checked against verdict.json's sha256, which core files it
+    does not cover, and which were recorded after the measurement (judged or sealed later)."""
+    rec = verdict.get("integrity") or {}
+    if not rec:
+        return ["Integrity: **unverified** (verdict.json has no integrity record)"]
+    text = f"Integrity: {len(rec)} files checked against the sha256 verdict.json records"
+    missing = [n for n in UNRECORDED if n not in rec]
+    if missing:
+        text += "; not recorded: " + ", ".join(f"`{n}`" for n in missing)
+    sealed = [*(((verdict.get("provenance") or {}).get("judged") or {}).get("sealed") or []),
+              *((verdict.get("integrity_sealed") or {}).get("files") or [])]
+    if sealed:
+        text += "; recorded after the measurement (when judged or sealed): " + ", ".join(f"`{n}`" for n in sealed)
+    return [text]
 
 
 def _claim_core_minutes(claim: str, results_dir: Path) -> float | None:

@@ -40,8 +40,8 @@ from pathlib import Path
 
 from repro import artefacts, config, provenance, registry
 from repro.errors import ResultsError
-from repro.io import read_json, read_verdict
-from repro.judging import rejudge
+from repro.io import atomic_write_json, read_json, read_verdict, seal_integrity, verify_results
+from repro.judging import now, rejudge
 from repro.report import pages
 from repro.report.compare import write_compare
 from repro.report.matrix import write
@@ -288,6 +288,36 @@ def rejudge_reference(hardware: str, scale: str, references_root: str | Path = "
     write_compare(None, scale, refs / "reports" / "compare" / scale, reference=newest_reference(refs, scale),
                   references_root=refs)  # re-judging one machine leaves the reference machine where publish left it
     return names
+
+
+def seal_reference(references_root: str | Path = "references", hardware: str | None = None, scale: str | None = None,
+                   check_tree: bool = True) -> list[Path]:
+    """Give a committed reference's verdicts the integrity records they lack (results published before records
+    covered every file): each verdict.json gets the sha256 of its metrics.csv, config.json, fingerprint.json and
+    measured.json where it has none, and ``integrity_sealed`` (HEAD's commit, the time, the files recorded now);
+    nothing is judged again, and a file that fails a record it has already is refused (ResultsError). Every reference
+    (or one ``hardware`` / ``scale``); its pages are re-rendered. Returns the verdicts changed."""
+    refs = Path(references_root)
+    if check_tree:  # the seal names HEAD's commit: changes under the references aside
+        _require_clean("--", ".", f":(exclude){refs.as_posix()}", then="")
+    changed, runs = [], set()
+    for vpath in sorted((refs / "results").glob(f"{hardware or '*'}/{scale or '*'}/*/verdict.json")):
+        folder = vpath.parent
+        verdict = read_verdict(vpath)
+        verify_results(folder, verdict)  # never seal over a file that already fails its record
+        integrity, _ = seal_integrity(folder, verdict.get("integrity"))
+        if integrity == (verdict.get("integrity") or {}):
+            continue
+        recorded = sorted(set(integrity) - set(verdict.get("integrity") or {}))
+        verdict["integrity"] = integrity
+        verdict["integrity_sealed"] = {"commit": provenance.git_commit()["commit"], "timestamp": now(),
+                                       "files": recorded}
+        atomic_write_json(vpath, verdict)
+        changed.append(vpath)
+        runs.add((folder.parent.parent.name, folder.parent.name))
+    for hw, sc in sorted(runs):
+        render_reference(refs, hw, sc)
+    return changed
 
 
 def newest_reference(refs: Path, scale: str) -> str | None:
