@@ -4,6 +4,7 @@ import copy
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -188,10 +189,11 @@ def _rows(lm_ppl, bleu_dec, heal_nll, lm_bi=(0.4, 0.2, 0.1, 0.15), argmin=(2, 1,
     rnd = {0: lm_ppl[0], 1: 40.0, 2: 90.0, 3: 300.0, 4: 900.0}
     rnd_b = {0: bleu_dec[0], 1: 7.0, 2: 3.0, 3: 1.0, 4: 0.5}
     for n in range(5):
-        for rule in (["none"] if n == 0 else ["bi", "angular", "last", "random"]):
+        for rule, seed in [("none", None)] if n == 0 else [("bi", None), ("angular", None), ("last", None)] + [
+                ("random", s) for s in range(5)]:  # five seeded draws: the rule's rank among them can decide
             ppl = rnd[n] if rule == "random" else lm_ppl[n]
             b = rnd_b[n] if rule == "random" else bleu_dec[n]
-            kw = dict(rule=rule, n_removed=n, fraction=n / 4, healed=False)
+            kw = dict(rule=rule, n_removed=n, fraction=n / 4, healed=False, **({"seed": seed} if rule == "random" else {}))
             rows += [metric(C, "valid_ppl", ppl, stack="lm", **kw), metric(C, "valid_nll", math.log(ppl), stack="lm", **kw),
                      metric(C, "bleu", b, stack="decoder", **kw)]
     for n, v in heal_nll.items():
@@ -249,7 +251,7 @@ def test_judge_flips():
         if r["metric"] in ("valid_ppl", "bleu") and r["sweep"].get("rule") in ("bi", "angular"):
             r["value"] *= 10 if r["metric"] == "valid_ppl" else 0.1
     n4 = {c["name"]: c["passed"] for c in _judge(worse, params)["checks"]}
-    assert n4["similarity-based rules prune better than random"] is False  # 0 of 6 won: p = 1/64
+    assert n4["similarity-based rules prune better than random"] is False  # last of 6 on both stacks: p = 1/36
     tie = copy.deepcopy(rows2)  # the rules exactly as good as the random draw: a tie decides nothing
     rnd = {(r["metric"], r["sweep"]["stack"], r["sweep"]["n_removed"]): r["value"] for r in tie
            if r["sweep"].get("rule") == "random" and r["metric"] in ("valid_ppl", "bleu")}
@@ -363,155 +365,106 @@ def test_bleu_checks_undecided_for_a_model_below_the_copy_baseline():
     assert n["decoder: collapse point (angular rule, no healing) in the published band"] is True
 
 
-# ------------------------------------------------- "similarity rules beat random": a sign test over distinct selections
+# ------------------------------------- "similarity rules beat random": a permutation test over random layer orderings
 BEATS = "similarity-based rules prune better than random"
+WEIGHT = (6.0, 5.0, 4.0, 3.0, 2.0, 1.0)  # what removing each layer of a 6-layer encoder costs in BLEU: deep is cheap
 
 
-def _encoder_rows(rule_layers, rule_bleu, draws, angular_layers=None, angular_bleu=None, paired=None):
-    """A 6-layer encoder: the rules' selections and BLEU per removal count 1..5 (``angular_*``: where angular picks
-    otherwise than BI), random ``draws`` [(layers per count, BLEU per count)] with seeds 0, 1, ...; ``paired``:
-    {(rule, n, seed): (delta, lo, hi)} rows of the paired comparison."""
-    rows = [metric(C, "n_layers", 6, stack="encoder"),
-            metric(C, "bleu", 30.0, "BLEU", stack="encoder", rule="none", n_removed=0, healed=False, layers="")]
+def _cost(layers) -> float:
+    return 30.0 - sum(WEIGHT[i] for i in layers)
+
+
+def _stack_rows(rules: dict, L: int = 6, stack: str = "encoder", quality=_cost, seeds=None):
+    """A stack of ``L`` layers: ``rules`` {rule: {n: (layers, quality)}} at the removal counts 1..L-1, the random
+    baseline every distinct selection (``seeds`` None) or seeded draws ({seed: {n: layers}}), its quality
+    ``quality(layers)`` (BLEU; perplexity for the LM)."""
+    q, unit = ("valid_ppl", "perplexity") if stack == "lm" else ("bleu", "BLEU")
+    rows = [metric(C, "n_layers", L, stack=stack),
+            metric(C, q, quality(()), unit, stack=stack, rule="none", n_removed=0, healed=False, layers="")]
+    if stack == "lm":  # the LM's gate: its unpruned NLL well below the unigram model's
+        rows += [metric(C, "unigram_ppl", 1e4, stack="lm"),
+                 metric(C, "valid_nll", math.log(quality(())), "nats/token", stack="lm", rule="none", n_removed=0,
+                        healed=False, layers="")]
     lay = lambda xs: ",".join(map(str, xs))  # noqa: E731
-    for n in range(1, 6):
-        for rule, ls, bs in (("bi", rule_layers, rule_bleu), ("angular", angular_layers or rule_layers,
-                                                              angular_bleu or rule_bleu)):
-            rows.append(metric(C, "bleu", bs[n], "BLEU", stack="encoder", rule=rule, n_removed=n, healed=False,
-                               layers=lay(ls[n])))
-        for seed, (ls, bs) in enumerate(draws):
-            rows.append(metric(C, "bleu", bs[n], "BLEU", stack="encoder", rule="random", n_removed=n, healed=False,
-                               seed=seed, layers=lay(ls[n])))
-    for (rule, n, seed), (d, lo, hi) in (paired or {}).items():
-        rows.append(metric(C, "paired_delta_vs_random", d, "BLEU", kind="statistic", stack="encoder", rule=rule,
-                           n_removed=n, seed=seed, healed=False, quality="bleu", lo=lo, hi=hi))
+    for rule, picks in rules.items():
+        rows += [metric(C, q, v, unit, stack=stack, rule=rule, n_removed=n, healed=False, layers=lay(ls))
+                 for n, (ls, v) in picks.items()]
+    for n in range(1, L):
+        if seeds is None:
+            rows += [metric(C, q, quality(c), unit, stack=stack, rule="random", n_removed=n, healed=False,
+                            layers=lay(c), sample="all") for c in itertools.combinations(range(L), n)]
+        else:
+            rows += [metric(C, q, quality(ls[n]), unit, stack=stack, rule="random", n_removed=n, healed=False,
+                            layers=lay(ls[n]), seed=seed, sample="seeded") for seed, ls in seeds.items()]
     return rows
 
 
-RULE = {n: list(range(6 - n, 6)) for n in range(1, 6)}  # the deepest n
-SHALLOW = {n: list(range(n)) for n in range(1, 6)}  # a draw that removes the first n
+def _deepest(L: int = 6, quality=_cost, bonus: float = 0.0) -> dict:
+    return {n: (list(range(L - n, L)), quality(range(L - n, L)) + bonus) for n in range(1, L)}
 
 
-def _beats(rows):
-    v = judge_rows(C, rows, scale="default", params=config.section(C, "default"), thresholds=T4)
+def _beats(rows, params=None, **thresholds):
+    v = judge_rows(C, rows, scale="default", params=params or config.section(C, "default"),
+                   thresholds={**T4, **thresholds})
     return next(c for c in v["checks"] if c["name"] == BEATS), v
 
 
-def test_beats_random_counts_identical_selections_once_and_ties_decide_nothing():
-    good = {n: 25.0 - n for n in range(1, 6)}
-    bad = {n: 10.0 - n for n in range(1, 6)}
-    c, _ = _beats(_encoder_rows(RULE, good, [(SHALLOW, bad)]))
-    assert c["passed"] is True  # 5 of 5 won: p = 1/32 < 0.05
-    assert "of 5 comparisons" in c["measured"] and "(bi=angular)" in c["measured"]  # BI = angular counted once
-    assert c["thresholds"] == {"beats_random_alpha": 0.05} and c["numbers"]["lo"] > 50
-    # the draw removes exactly the rules' layers at n=3: a tie (no win, no loss), whatever the score says
-    same = {**SHALLOW, 3: RULE[3]}
-    c, v = _beats(_encoder_rows(RULE, good, [(same, {**bad, 3: good[3]})]))
-    assert c["passed"] is None and "4 won, 0 lost, 1 undecided of 5" in c["measured"]  # 4 of 4: p = 1/16
-    assert c["power"]["n_needed"] == 5 and c["power"]["unit"] == "decided comparisons"
-    assert v["verdict"] == "inconclusive"
-    # an equal score from other layers is a tie too, never a loss
-    c, _ = _beats(_encoder_rows(RULE, good, [(SHALLOW, {**bad, 3: good[3]})]))
-    assert c["passed"] is None and "1 undecided" in c["measured"]
-    # BI and angular apart at n=2: two comparisons there
-    ang = {**RULE, 2: [0, 4]}
-    c, _ = _beats(_encoder_rows(RULE, good, [(SHALLOW, bad)], angular_layers=ang,
-                                angular_bleu={**good, 2: 5.0}))
-    assert "of 6 comparisons" in c["measured"] and "5 won, 1 lost" in c["measured"]
-    assert c["passed"] is None  # 5 of 6: p = 7/64
-    # a significantly losing rule fails; alpha is the judge's key
-    c, _ = _beats(_encoder_rows(RULE, bad, [(SHALLOW, good)]))
-    assert c["passed"] is False
-    v = judge_rows(C, _encoder_rows(RULE, good, [(SHALLOW, bad)]), scale="default",
-                   params=config.section(C, "default"), thresholds={**T4, "beats_random_alpha": 0.01})
-    assert [x["passed"] for x in v["checks"] if x["name"] == BEATS] == [None]  # p = 1/32 > 0.01
+def test_beats_random_is_exact_over_every_ordering_of_the_nested_counts():
+    """The deepest layers are the cheapest at every count: the nested rule beats every other of the 6! orderings,
+    p = 1/720 exactly (an independent sign test over the 5 counts would say 1/32); a rule that is no ordering (the
+    angular blocks are not nested) and beats them all: 1/721."""
+    c, v = _beats(_stack_rows({"bi": _deepest(), "angular": _deepest()}))
+    assert c["passed"] is True and "bi: p = 0.00139 (better)" in c["measured"]  # 1/720
+    assert "rank 1 of 720 among the rule and the 720 orderings" in c["measured"]
+    assert c["thresholds"] == {"beats_random_alpha": 0.05} and "exact over every ordering" in c["expected"]
+    block = {**_deepest(bonus=0.5), 3: ([2, 3, 4], _cost([3, 4, 5]) + 0.5)}  # n=3 drops n=2's layer 5: no ordering
+    c, _ = _beats(_stack_rows({"bi": _deepest(), "angular": block}))
+    assert f"angular: p = {1 / 721:.3g} (better)" in c["measured"] and c["passed"] is True
 
 
-def test_beats_random_reads_the_place_among_several_draws():
-    """Three draws: better than two of them wins; better than one, tied with one, worse than one decides nothing."""
-    good = {n: 20.0 for n in range(1, 6)}
-    other = {n: [0] + list(range(2, n + 1)) for n in range(1, 6)}  # never the rules' layers
-    mid = [(SHALLOW, {n: 10.0 for n in range(1, 6)}), (other, {n: 15.0 for n in range(1, 6)}),
-           (SHALLOW, {n: 25.0 for n in range(1, 6)})]
-    c, _ = _beats(_encoder_rows(RULE, good, mid))
-    assert c["passed"] is True and "better than 2, worse than 1 of 3 draws" in c["measured"]
-    tie = [mid[0], (RULE, good), mid[2]]  # one draw removes the rules' own layers
-    c, _ = _beats(_encoder_rows(RULE, good, tie))
-    assert c["passed"] is None and "0 won, 0 lost, 5 undecided" in c["measured"]
-    assert c["power"]["n_needed"] is None and "no decided comparison" in c["power"]["why"]
+def test_beats_random_in_the_middle_of_the_orderings_decides_nothing_and_a_worse_rule_fails():
+    order = [0, 5, 4, 1, 3]  # the costliest layer first, then cheap and costly ones: in the middle of the orderings
+    mid = {n: (sorted(order[:n]), _cost(order[:n])) for n in range(1, 6)}
+    c, v = _beats(_stack_rows({"bi": mid, "angular": mid}))
+    assert c["passed"] is None and "decides neither way" in c["undecided_because"]
+    assert v["verdict"] != "reproduced"
+    shallow = {n: (list(range(n)), _cost(range(n))) for n in range(1, 6)}
+    c, _ = _beats(_stack_rows({"bi": shallow, "angular": shallow}))
+    assert c["passed"] is False and "bi: p = 1 (better), 0.00139 (worse)" in c["measured"]
+    # one rule better, the other no better than random: every rule must beat random
+    c, _ = _beats(_stack_rows({"bi": _deepest(), "angular": mid}))
+    assert c["passed"] is None
+    c, _ = _beats(_stack_rows({"bi": _deepest()}), beats_random_alpha=0.001)  # alpha is the judge's key
+    assert c["passed"] is None and "0.00139" in c["measured"]
 
 
-def test_beats_random_is_decided_by_the_paired_intervals():
-    """Where the rows carry the paired interval of rule - draw, it decides each difference, not the point values."""
-    good = {n: 25.0 - n for n in range(1, 6)}
-    bad = {n: 24.0 - n for n in range(1, 6)}  # one BLEU below the rules at every count
-    wide = {(rule, n, 0): (1.0, -0.5, 2.5) for rule in ("bi", "angular") for n in range(1, 6)}
-    c, _ = _beats(_encoder_rows(RULE, good, [(SHALLOW, bad)], paired=wide))
-    assert c["passed"] is None and "paired interval" in c["measured"] and "5 undecided" in c["measured"]
-    narrow = {k: (1.0, 0.4, 1.6) for k in wide}
-    c, _ = _beats(_encoder_rows(RULE, good, [(SHALLOW, bad)], paired=narrow))
-    assert c["passed"] is True
-    edge = {**narrow, ("bi", 2, 0): (1.0, 0.0, 2.0)}  # an interval touching 0 is a tie
-    c, _ = _beats(_encoder_rows(RULE, good, [(SHALLOW, bad)], paired=edge))
-    assert c["passed"] is None and "4 won, 0 lost, 1 undecided" in c["measured"]
+def test_beats_random_compares_with_the_selections_not_their_mean():
+    """The LM's case: at n=1 the rule is beaten by 2 of its 4 single-layer choices though better than their mean
+    perplexity (one of them is ruinous): 3/8 of the selections beaten, not a win."""
+    ppl = {(): 50.0, (0,): 5000.0, (1,): 57.0, (2,): 55.0, (3,): 58.0}
 
+    def quality(ls):
+        return ppl.get(tuple(ls), 60.0 * 2 ** len(ls) + 10 * sum(3 - i for i in ls))  # deep layers cheap
 
-def _mean_rows(deltas: dict, stack: str = "encoder", L: int = 6, sample: str = "all", apart: dict | None = None):
-    """A stack's rows with the comparison against the random baseline's mean: {n: (delta, lo, hi)} for BI and
-    angular picking the same (deepest n) layers; ``apart``: {n: (layers, delta, lo, hi)} where angular picks
-    otherwise."""
-    q = "valid_nll" if stack == "lm" else "bleu"
-    rows = [metric(C, "n_layers", L, stack=stack)]
-    if stack == "lm":
-        rows.append(metric(C, "unigram_ppl", 1e4, stack="lm"))
-        rows.append(metric(C, "valid_nll", math.log(50.0), "nats/token", stack="lm", rule="none", n_removed=0,
-                           healed=False, layers=""))
-    for n, (d, lo, hi) in deltas.items():
-        for rule in ("bi", "angular"):
-            layers, dd, ll, hh = (apart[n] if rule == "angular" and apart and n in apart else
-                                  (list(range(L - n, L)), d, lo, hi))
-            rows.append(metric(C, "paired_delta_vs_random_mean", dd, "nats/token" if stack == "lm" else "BLEU",
-                               kind="statistic", stack=stack, rule=rule, n_removed=n, healed=False, quality=q,
-                               layers=",".join(map(str, layers)), random_sample=sample,
-                               random_selections=math.comb(L, n) if sample == "all" else 5, random_mean=20.0,
-                               better_than=3, worse_than=1, own_selection_among=1, lo=ll, hi=hh))
-    return rows
-
-
-def test_beats_random_mean_is_decided_by_the_paired_interval_against_zero():
-    """Rows comparing each selection with the random baseline's mean: each comparison is won or lost only when its
-    interval excludes 0 (an edge on 0 is a tie), BI and angular picking the same layers count once, the NLL's
-    better side is below 0; a reversed effect fails and null data (every interval across 0) decides nothing."""
-    win = {n: (2.0, 0.5, 3.5) for n in range(1, 6)}
-    c, _ = _beats(_mean_rows(win))
-    assert c["passed"] is True and "5 won, 0 lost, 0 undecided of 5 comparisons" in c["measured"]
-    assert "(bi=angular)" in c["measured"] and "vs the mean of every one of the 6 selections" in c["measured"]
-    assert "random mean by its paired interval" in c["interval"]
-    edge = {**win, 3: (2.0, 0.0, 4.0)}  # the interval touches 0: a tie
-    c, _ = _beats(_mean_rows(edge))
-    assert c["passed"] is None and "4 won, 0 lost, 1 undecided" in c["measured"]
-    assert c["power"]["n_needed"] == 5
-    c, _ = _beats(_mean_rows({n: (-2.0, -3.5, -0.5) for n in range(1, 6)}))  # reversed: every rule worse
-    assert c["passed"] is False and "0 won, 5 lost" in c["measured"]
-    c, _ = _beats(_mean_rows({n: (0.3, -1.0, 1.6) for n in range(1, 6)}))  # null: every interval across 0
-    assert c["passed"] is None and "no comparison decided" in c["undecided_because"]
-    c, _ = _beats(_mean_rows(win, apart={2: ([0, 4], -1.5, -2.5, -0.5)}))  # angular apart at n=2, and worse
-    assert "5 won, 1 lost, 0 undecided of 6 comparisons" in c["measured"] and c["passed"] is None  # p = 7/64
-    # seeded draws say so
-    c, _ = _beats(_mean_rows(win, sample="seeded"))
-    assert "vs the mean of 5 seeded draws" in c["measured"]
-
-
-def test_beats_random_mean_on_the_lm_counts_lower_nll_as_better():
+    rule = {1: ([3], 58.0), 2: ([2, 3], quality([2, 3])), 3: ([1, 2, 3], quality([1, 2, 3]))}
     params = {**config.section(C, "default"), "stacks": ["lm"]}
-    better = _mean_rows({n: (-0.5, -0.7, -0.3) for n in range(1, 4)}, stack="lm", L=4)
-    v = judge_rows(C, better, scale="default", params=params, thresholds=T4)
-    c = next(c for c in v["checks"] if c["name"] == BEATS)
-    assert c["passed"] is None and "3 won, 0 lost" in c["measured"]  # 3 of 3: p = 1/8, undecided at 0.05
-    worse = _mean_rows({n: (0.5, 0.3, 0.7) for n in range(1, 4)}, stack="lm", L=4)
-    v = judge_rows(C, worse, scale="default", params=params, thresholds=T4)
-    c = next(c for c in v["checks"] if c["name"] == BEATS)
-    assert "0 won, 3 lost" in c["measured"]
+    c, _ = _beats(_stack_rows({"bi": rule, "angular": rule}, L=4, stack="lm", quality=quality), params)
+    assert "lm/bi: n=1: better than 1, worse than 2, tied with 1 of 4 (38%)" in c["measured"]
+    assert 58.0 < (5000.0 + 57.0 + 55.0 + 58.0) / 4  # better than the random mean: the old rule's win
+    assert c["numbers"]["value"] < 100
+
+
+def test_beats_random_ranks_among_the_seeded_orderings_of_older_rows():
+    """Rows measured before every selection was evaluated: the rule is ranked among the seeded orderings (a seed's
+    draws nest): best of 3 draws on one stack is p = 1/4, undecided, and says which test the rows allowed."""
+    rng = np.random.default_rng(0)
+    seeds = {s: {n: sorted(order[:n]) for n in range(1, 6)} for s, order in
+             ((s, list(rng.permutation(6))) for s in range(3))}
+    c, _ = _beats(_stack_rows({"bi": _deepest(), "angular": _deepest()}, seeds=seeds))
+    assert c["passed"] is None and "bi: p = 0.25 (better)" in c["measured"]
+    assert "seeded random orderings" in c["measured"] and "rank among the seeded" in c["expected"]
+    assert "smallest p-value these orderings allow, 0.25" in c["undecided_because"]
+    assert c["power"]["n_needed"] is None and c["power"]["n"] == 4
 
 
 def test_random_selections_are_every_selection_up_to_the_cap_else_the_seeded_draws():

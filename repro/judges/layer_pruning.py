@@ -11,13 +11,15 @@ numbers come from the registry (repro/registry/published.yaml).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from repro import registry
-from repro.verdicts import (Rows, binom_tail, both, check, clopper_pearson, decide_interval, decide_point, gate,
+from repro.verdicts import (Rows, both, check, clopper_pearson, decide_interval, decide_point, gate,
                             gated, numbers, setup_table, uses, verdict_from_checks)
 from repro.vocabulary.layer_pruning import CLAIM
 
@@ -171,127 +173,203 @@ def _layers(r: dict) -> tuple[int, ...] | None:
     return tuple(int(float(x)) for x in str(v).split(",") if x.strip())
 
 
-@dataclass
-class _Versus:
-    """One comparison of "the similarity rules beat random": a distinct selection (the rules that picked it) at one
-    removal count against the random draws there; ``outcomes`` per draw: +1 better, -1 worse, 0 a tie (the same
-    layers, an equal score, or a paired interval touching 0), with how it was decided."""
-    stack: str
-    n: int
-    rules: list[str]
-    outcomes: list[tuple[int, str]]
-
-    @property
-    def result(self) -> int:
-        """+1 (won: better than more than half of the draws), -1 (lost: worse than more than half), 0 (undecided):
-        the selection's place in the random draws' distribution, above or below its median."""
-        k = len(self.outcomes)
-        better, worse = sum(o > 0 for o, _ in self.outcomes), sum(o < 0 for o, _ in self.outcomes)
-        return 1 if better > k / 2 else -1 if worse > k / 2 else 0
-
-    def text(self) -> str:
-        k = len(self.outcomes)
-        better, worse = sum(o > 0 for o, _ in self.outcomes), sum(o < 0 for o, _ in self.outcomes)
-        ties = k - better - worse
-        how = sorted({h for _, h in self.outcomes})
-        return (f"{self.stack} n={self.n} ({'='.join(self.rules)}): better than {better}, worse than {worse}"
-                + (f", tied with {ties}" if ties else "") + f" of {k} draws ({'/'.join(how)})"
-                + {1: " -> won", -1: " -> lost", 0: " -> undecided"}[self.result])
+SIMILARITY_RULES = ("bi", "angular")
 
 
 @dataclass
-class _VersusMean:
-    """One comparison of "the similarity rules beat random" against the random baseline's mean: a distinct selection
-    (the rules that picked it) at one removal count, decided by the paired interval of rule - the mean over the random
-    selections (``paired_delta_vs_random_mean``): won when the interval lies wholly on the better side of 0, lost
-    when wholly on the worse side, undecided when it touches 0 (a tie decides nothing)."""
+class _StackTest:
+    """One stack's side of "a similarity rule prunes better than random" for one rule: the rule's statistic (the sum
+    over the removal counts ``counts`` of the share of the random selections its selection beats, ties half) and the
+    pool it is ranked in: the same statistic of every random ordering the rows allow (``mode`` "exact": every
+    ordering of the stack's layers, read from the rows that enumerate every selection; the rule's own ordering, where
+    it is nested, is the rule) or of each seeded draw (``mode`` "seeded": a seed's draws are the prefixes of one
+    random ordering), with the rule in it; ``per_count``: the rule's place at each count (better, worse, tied, of)."""
     stack: str
-    n: int
-    rules: list[str]
-    row: dict
-
-    @property
-    def result(self) -> int:
-        sw = self.row["sweep"]
-        lo, hi = float(sw["lo"]), float(sw["hi"])
-        dec = decide_interval(lo, hi, above=0.0) if self.stack != "lm" else decide_interval(lo, hi, below=0.0)
-        return 0 if dec is None else 1 if dec else -1
+    rule: str
+    mode: str
+    counts: list[int]
+    stat: Fraction
+    pool: list[Fraction]
+    per_count: dict[int, tuple[int, int, int, int]]
+    left_out: list[int]
+    nested: bool = False
 
     def text(self) -> str:
-        sw, lm = self.row["sweep"], self.stack == "lm"
-        k = int(sw["random_selections"])
-        base = (f"every one of the {k} selections" if sw.get("random_sample") == "all" else f"{k} seeded draws")
-        place = (f"; better than {int(sw['better_than'])}, worse than {int(sw['worse_than'])} of them"
-                 if sw.get("better_than") is not None else "")
-        unit = "nats/token NLL" if lm else "BLEU"
-        return (f"{self.stack} n={self.n} ({'='.join(self.rules)}): {float(self.row['value']):+.3g} {unit} "
-                f"[{float(sw['lo']):+.3g}, {float(sw['hi']):+.3g}] vs the mean of {base}{place}"
-                + {1: " -> won", -1: " -> lost", 0: " -> undecided"}[self.result])
+        places = ", ".join(f"n={n}: better than {b}, worse than {w}" + (f", tied with {t}" if t else "")
+                           + f" of {k} ({100 * (2 * b + t) / (2 * k):.0f}%)"
+                           for n, (b, w, t, k) in self.per_count.items())
+        kind = (f"the {len(self.pool) - 1 + self.nested:,} orderings of the stack's layers" if self.mode == "exact"
+                else f"{len(self.pool) - 1} seeded random orderings")
+        out = (f"{self.stack}/{self.rule}: {places} random selections (share beaten {float(self.stat):.2f} of "
+               f"{len(self.counts)}; rank {self.rank} of {len(self.pool)} among the rule and {kind})")
+        return out + (f"; counts {self.left_out} hold seeded draws only, left out of the exact test"
+                      if self.left_out else "")
+
+    @property
+    def rank(self) -> int:
+        return sum(x >= self.stat for x in self.pool)
 
 
-def _versus_mean(R: Rows, stack: str, L: int) -> list[_VersusMean]:
-    """The comparisons on ``stack`` from the ``paired_delta_vs_random_mean`` rows: at each removal count 0 < n < L,
-    each distinct selection of the similarity rules (BI and angular picking the same layers count once) against the
-    mean of the random baseline's selections."""
-    out = []
-    for n, at in sorted(R.metric("paired_delta_vs_random_mean").where(stack=stack).by("n_removed").items()):
+def _better(a: float, b: float, hib: bool) -> bool:
+    return a > b if hib else a < b
+
+
+def _share(q: float, others: list[float], hib: bool) -> tuple[Fraction, tuple[int, int, int, int]]:
+    """The share of ``others`` that quality ``q`` beats, ties counted half, and (better, worse, tied, of)."""
+    b = sum(_better(q, o, hib) for o in others)
+    w = sum(_better(o, q, hib) for o in others)
+    t = len(others) - b - w
+    return Fraction(2 * b + t, 2 * len(others)), (b, w, t, len(others))
+
+
+def _random_by_count(R: Rows, stack: str, L: int) -> tuple[dict, dict]:
+    """The unhealed random rows of ``stack`` at 0 < n < L: (every selection {n: {layers: quality}} where the rows
+    enumerate all C(L, n), the seeded draws {n: {seed: quality}} elsewhere)."""
+    qname = "valid_ppl" if stack == "lm" else "bleu"
+    enum, seeded = {}, {}
+    for n, rs in R.metric(qname).where(stack=stack, healed=False, rule="random").by("n_removed").items():
         if not 0 < n < L:
             continue
-        groups: dict = {}
-        for r in at:
-            lay = _layers(r)
-            groups.setdefault(lay if lay is not None else ("score", r["value"]), []).append(r)
-        out += [_VersusMean(stack, n, [x["sweep"]["rule"] for x in rs], rs[0]) for rs in groups.values()]
-    return out
+        lay = {_layers(r): r["value"] for r in rs}
+        if None not in lay and len(lay) == math.comb(L, n) and all(len(k) == n for k in lay):
+            enum[n] = {frozenset(k): v for k, v in lay.items()}
+        else:
+            seeded[n] = {r["sweep"].get("seed"): r["value"] for r in rs}
+    return enum, seeded
 
 
-def _versus(R: Rows, stack: str, L: int) -> list[_Versus] | list[_VersusMean]:
-    """The comparisons on ``stack``: at each removal count 0 < n < L with random draws, each distinct selection of
-    the similarity rules (BI and angular picking the same layers count once; rows without their layers: the same
-    score) against every draw (seed), decided by the ``paired_delta_vs_random`` row's paired interval where the
-    measurement recorded one (rule - draw over the same sentences), else by the point values; a draw that removed
-    exactly the selection's layers, or an equal score, is a tie. Rows that compare each selection with the random
-    baseline's mean (``paired_delta_vs_random_mean``, measured since the baseline evaluates every selection) are
-    read instead: :func:`_versus_mean`."""
-    if R.metric("paired_delta_vs_random_mean").where(stack=stack):
-        return _versus_mean(R, stack, L)
-    qname = "valid_ppl" if stack == "lm" else "bleu"
-    hib = stack != "lm"
-    unhealed = R.metric(qname).where(stack=stack, healed=False)
-    draws = unhealed.where(rule="random").by("n_removed")
-    paired = {(r["sweep"]["rule"], r["sweep"]["n_removed"], r["sweep"].get("seed")): r
-              for r in R.metric("paired_delta_vs_random").where(stack=stack)}
-    out = []
-    for n, at in sorted(unhealed.filter(lambda r: r["sweep"]["rule"] in ("bi", "angular")).by("n_removed").items()):
-        if not (0 < n < L) or n not in draws:
+# orderings enumerated at most (every ordering of a 7-layer stack is 5,040; a larger pool would need sampling)
+MAX_ORDERINGS = 100_000
+
+
+def _exact_test(stack: str, rule: str, own: dict, enum: dict, L: int, hib: bool) -> _StackTest | None:
+    """The exact test over every ordering of the layers (counts where the rows enumerate every selection)."""
+    counts = sorted(n for n in enum if n in own)
+    if not counts or math.perm(L, max(counts)) > MAX_ORDERINGS:
+        return None
+    share = {n: {sel: _share(q, list(enum[n].values()), hib)[0] for sel, q in enum[n].items()} for n in counts}
+    per, stat = {}, Fraction(0)
+    for n in counts:
+        s, per[n] = _share(own[n][1], list(enum[n].values()), hib)
+        stat += s
+    mine = [frozenset(own[n][0]) if own[n][0] is not None else None for n in counts]
+    pool, nested = [], False
+    for order in itertools.permutations(range(L), max(counts)):
+        sels = [frozenset(order[:n]) for n in counts]
+        if sels == mine and not nested:
+            nested = True  # the rule's own ordering: the rule itself stands for it
             continue
-        groups: dict = {}
-        for r in at:
-            lay = _layers(r)
-            groups.setdefault(lay if lay is not None else ("score", r["value"]), []).append(r)
-        for rs in groups.values():
-            r = rs[0]
-            outcomes = []
-            for d in draws[n]:
-                pr = paired.get((r["sweep"]["rule"], n, d["sweep"].get("seed")))
-                if _layers(r) is not None and _layers(r) == _layers(d):
-                    dec, how = None, "same layers"
-                elif pr is not None and pr["sweep"].get("lo") is not None and pr["sweep"].get("hi") is not None:
-                    lo, hi = float(pr["sweep"]["lo"]), float(pr["sweep"]["hi"])
-                    dec = decide_interval(lo, hi, above=0.0) if hib else decide_interval(lo, hi, below=0.0)
-                    how = "paired interval"
-                else:
-                    dec = (decide_point(r["value"], above=d["value"]) if hib else
-                           decide_point(r["value"], below=d["value"]))
-                    how = "point value"
-                outcomes.append((0 if dec is None else 1 if dec else -1, how))
-            out.append(_Versus(stack, n, [x["sweep"]["rule"] for x in rs], outcomes))
+        pool.append(sum((share[n][sel] for n, sel in zip(counts, sels)), Fraction(0)))
+    return _StackTest(stack, rule, "exact", counts, stat, pool + [stat], per, [], nested)
+
+
+def _seeded_test(stack: str, rule: str, own: dict, seeded: dict, hib: bool) -> _StackTest | None:
+    """The rank test among the seeded orderings (a seed's draws at every count) and the rule."""
+    counts = sorted(n for n in seeded if n in own)
+    seeds = set.intersection(*(set(seeded[n]) for n in counts)) if counts else set()
+    if not seeds or (None in seeds and any(len(seeded[n]) > 1 for n in counts)):
+        return None  # no draw that can be followed from count to count
+    seeds = sorted(seeds, key=str)
+    per, stat, pool = {}, Fraction(0), [Fraction(0)] * len(seeds)
+    for n in counts:
+        members = [own[n][1]] + [seeded[n][s] for s in seeds]
+        per[n] = _share(own[n][1], members[1:], hib)[1]
+        stat += _share(own[n][1], members, hib)[0]
+        pool = [p + _share(members[i + 1], members, hib)[0] for i, p in enumerate(pool)]
+    return _StackTest(stack, rule, "seeded", counts, stat, pool + [stat], per, [])
+
+
+def _stack_tests(R: Rows, stack: str, L: int) -> list[_StackTest]:
+    """Each similarity rule's test on ``stack``: exact over every ordering where the rows enumerate every selection
+    at some count (the counts holding seeded draws only are left out), else the rank among the seeded orderings."""
+    qname, hib = ("valid_ppl", False) if stack == "lm" else ("bleu", True)
+    enum, seeded = _random_by_count(R, stack, L)
+    out = []
+    for rule in SIMILARITY_RULES:
+        own = {n: (_layers(rs[0]), rs[0]["value"])
+               for n, rs in R.metric(qname).where(stack=stack, healed=False, rule=rule).by("n_removed").items()
+               if 0 < n < L}
+        if not own:
+            continue
+        t = _exact_test(stack, rule, own, enum, L, hib)
+        if t is not None:
+            t.left_out = sorted(n for n in seeded if n in own)
+        else:
+            t = _seeded_test(stack, rule, own, seeded, hib)
+        if t is not None:
+            out.append(t)
     return out
 
 
-def _sign_test(wins: int, decided: int) -> tuple[float, float]:
-    """One-sided exact sign test of ``wins`` of ``decided`` against 1/2: (p more wins, p more losses)."""
-    return binom_tail(wins, decided, upper=True), binom_tail(wins, decided, upper=False)
+def _combined_p(tests: list[_StackTest]) -> tuple[float, float, int]:
+    """(p more wins, p more losses, the pool's size): the exact probability, under the null that the rule's choice
+    on each stack is one more member of that stack's pool drawn uniformly and independently across stacks, that the
+    sum of the stacks' statistics is at least (at most) the rule's."""
+    dist = {Fraction(0): 1}
+    for t in tests:
+        nxt: dict = {}
+        for v, c in dist.items():
+            for x in t.pool:
+                nxt[v + x] = nxt.get(v + x, 0) + c
+        dist = nxt
+    obs = sum((t.stat for t in tests), Fraction(0))
+    total = sum(dist.values())
+    return (sum(c for v, c in dist.items() if v >= obs) / total, sum(c for v, c in dist.items() if v <= obs) / total,
+            total)
+
+
+def _random_checks(j: _Judging) -> list[dict]:
+    """The similarity rules (BI, angular) prune better than random, on the stacks past their gate: per rule, a
+    permutation test over random layer orderings that respects the nesting of a stack's removal counts
+    (:func:`_stack_tests`, :func:`_combined_p`)."""
+    name = "similarity-based rules prune better than random"
+    expected = ("BI / angular distance pick layers whose removal hurts less than a random pick: each rule's share of "
+                "the random selections it beats, summed over a stack's removal counts, ranks high among random "
+                "orderings' (one-sided permutation test, every rule)")
+    tests = [t for s in j.stacks if s not in j.weak for t in _stack_tests(j.R, s, j.n_layers[s])]
+    if not tests:
+        if j.stacks:
+            return [check(name, None, "no stack to compare", expected, headline=True,
+                          undecided_because="; ".join(j.weak.values()) or "no removal count with random selections")]
+        return []
+    alpha = j.T["beats_random_alpha"]
+    used = uses(j.T, "beats_random_alpha")
+    by_rule = {r: [t for t in tests if t.rule == r] for r in SIMILARITY_RULES if any(t.rule == r for t in tests)}
+    ps = {r: _combined_p(ts) for r, ts in by_rule.items()}
+    modes = sorted({t.mode for t in tests})
+    how = {"exact": "exact over every ordering of the stack's layers (the rows enumerate every selection)",
+           "seeded": "the rank among the seeded random orderings (rows with seeded draws only: measured before every "
+                     "selection was evaluated, or a stack with too many selections)"}
+    test = (f"one-sided permutation test per rule at alpha {alpha:g}: " + "; ".join(how[m] for m in modes)
+                + "; stacks combined by the exact distribution of the summed statistic; the quality is the point "
+                "value on the evaluation sentences (the test is over the choice of layers)")
+    passed = (True if all(p[0] < alpha for p in ps.values()) else
+              False if any(p[1] < alpha for p in ps.values()) else None)
+    summary = "; ".join(f"{r}: p = {p[0]:.3g} (better), {p[1]:.3g} (worse) over {p[2]:,} pool combinations"
+                        for r, p in ps.items())
+    share = min(float(sum(t.stat for t in ts) / sum(len(t.counts) for t in ts)) for ts in by_rule.values())
+    least = min(1 / p[2] for p in ps.values())
+    why = None if passed is not None else (
+        f"the permutation test decides neither way at alpha {alpha:g} ({summary})"
+        + (f": the smallest p-value these orderings allow, {least:.3g}, is not below alpha (more layers or more "
+           "seeded orderings would)" if least >= alpha else ""))
+    return [check(name, passed, f"{summary}; " + "; ".join(t.text() for t in tests), f"{expected}; {test}",
+                  headline=True, thresholds=used, undecided_because=why,
+                  power=_permutation_power(ps, alpha) if passed is None else None,
+                  numbers=numbers(100 * share, "% of the random selections beaten (mean over counts, the weaker rule)",
+                                  paper_text=RANDOM_PAPER, criterion="suite",
+                                  rule=f"permutation test over random orderings, p < {alpha:g} for every rule"))]
+
+
+def _permutation_power(ps: dict, alpha: float) -> dict:
+    """What would decide the permutation test: its pool is every ordering the rows allow, so no larger sample of
+    this model exists; the fields of repro.verdicts.power with the weaker rule's p-value as the value."""
+    r = max(ps, key=lambda k: ps[k][0])
+    p, _, total = ps[r]
+    return {"n": total, "unit": "random orderings (pool combinations)", "value": p, "lo": math.nan, "hi": math.nan,
+            "threshold": alpha, "half_width": math.nan, "n_needed": None,
+            "why": (f"{r}'s p-value {p:.3g} against alpha {alpha:g}: the test already ranks the rule among every "
+                    "ordering the rows hold; only more layers, more stacks or more seeded orderings add to it")}
 
 
 def _sign_power(wins: int, decided: int, alpha: float) -> dict:
@@ -326,56 +404,8 @@ def _sign_power(wins: int, decided: int, alpha: float) -> dict:
     return out
 
 
-# the papers' statement the sign test checks (their tables compare with random pruning; no win share is published)
+# the papers' statement the permutation test checks (their tables compare with random pruning; no share is published)
 RANDOM_PAPER = "similarity rules prune better than random (Gromov et al. 2025; Men et al. 2025)"
-
-
-def _random_checks(j: _Judging) -> list[dict]:
-    """The similarity rules (BI, angular) prune better than random, on the stacks past their gate: a one-sided
-    exact sign test of the decided comparisons (:func:`_versus`) against a win share of 1/2."""
-    name = "similarity-based rules prune better than random"
-    vs = [v for s in j.stacks if s not in j.weak for v in _versus(j.R, s, j.n_layers[s])]
-    expected = ("BI / angular distance pick layers whose removal hurts less than a random pick (a selection better "
-                + ("than the mean of a random pick" if any(isinstance(v, _VersusMean) for v in vs) else
-                   "than most random draws") + " more often than worse, by a one-sided sign test)")
-    if not vs:
-        if j.stacks:
-            return [check(name, None, "no stack to compare", expected, headline=True,
-                          undecided_because="; ".join(j.weak.values()) or "no removal count with random draws")]
-        return []
-    alpha = j.T["beats_random_alpha"]
-    wins, losses = sum(v.result > 0 for v in vs), sum(v.result < 0 for v in vs)
-    decided = wins + losses
-    used = uses(j.T, "beats_random_alpha")
-    detail = "; ".join(v.text() for v in vs)
-    counted = (f"{wins} won, {losses} lost, {len(vs) - decided} undecided of {len(vs)} comparisons (distinct "
-               f"selections x removal counts)")
-    per = ("each rule - random mean by its paired interval over sentences" if isinstance(vs[0], _VersusMean) else
-           "each rule-vs-draw difference by its paired interval over sentences where recorded, else its point value")
-    interval = (f"one-sided exact sign test over the decided comparisons against 1/2 at alpha {alpha:g}, with the "
-                f"{100 * (1 - 2 * alpha):g}% Clopper-Pearson interval of the win share; {per}; comparisons at "
-                "neighbouring removal counts share layers and random orders, so they are not independent")
-    pw = _sign_power(wins, decided, alpha)
-    if not decided:
-        return [check(name, None, f"{counted}: {detail}", expected, headline=True, interval=interval,
-                      undecided_because="no comparison decided: every selection tied with, or sat between, the "
-                      "random draws", thresholds=used, power=pw,
-                      numbers=numbers(None, "% of decided comparisons won", paper_text=RANDOM_PAPER,
-                                      criterion="suite", rule=f"sign test, more wins at alpha {alpha:g}"))]
-    p_more, p_less = _sign_test(wins, decided)
-    passed = True if p_more < alpha else False if p_less < alpha else None
-    measured = (f"{counted}: win share {wins}/{decided} = {100 * wins / decided:.0f}% "
-                f"[{100 * pw['lo']:.0f}%, {100 * pw['hi']:.0f}%], p = {p_more:.3g} (more wins), {p_less:.3g} "
-                f"(more losses); {detail}")
-    return [check(name, passed, measured, expected, headline=True, interval=interval, thresholds=used,
-                  undecided_because=None if passed is not None else
-                  f"the sign test decides neither way at alpha {alpha:g} ({wins} won, {losses} lost): "
-                  + (f"{pw['n_needed']} decided comparisons at this share would" if pw["n_needed"] else
-                     pw["why"] or ""),
-                  power=pw if passed is None else None,
-                  numbers=numbers(100 * wins / decided, "% of decided comparisons won", lo=100 * pw["lo"],
-                                  hi=100 * pw["hi"], paper_text=RANDOM_PAPER, criterion="suite",
-                                  rule=f"sign test, more wins at alpha {alpha:g}"))]
 
 
 def _band_check(j: _Judging, s: str) -> dict | None:
@@ -520,21 +550,19 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
 
     1. Gromov: the argmin block l*(n) of the LM leaves the last layer in place (every n <= L-2).
     2. ShortGPT: the lowest-BI half of the LM's layers lies in the deeper half.
-    3. The similarity rules (BI, angular) prune better than random, stacks past their gate only. A comparison is one
-       distinct selection at one removal count 0 < n < L (BI and angular picking the same layers count once)
-       against the random baseline there. Measured since the baseline evaluates every distinct selection
-       (``random_all_up_to``): the paired interval over the evaluation sentences of rule - the mean over the
-       random selections (``paired_delta_vs_random_mean``; the exact expectation of a uniformly random pick, or
-       seeded draws resampled with the sentences) decides it: won when wholly on the better side of 0, lost when
-       wholly on the worse side, undecided when it touches 0. Rows measured before: won when it is better than more
-       than half of the draws (its place in their
-       distribution above the median), lost when worse than more than half, undecided otherwise. Each rule-vs-draw
-       difference is decided by its paired interval over the evaluation sentences (``paired_delta_vs_random``
-       rows: BLEU, or validation NLL for the LM) where the rows carry one, else by the point values; a draw that
-       removed exactly the selection's layers, an equal score, or an interval touching 0 is a tie. Holds when a
-       one-sided exact sign test (binomial, p = 1/2) of the decided comparisons puts the win share above 1/2 at
-       ``beats_random_alpha``, fails when it puts it below, undecided otherwise (with the number of decided
-       comparisons that would decide it at the measured share).
+    3. The similarity rules (BI, angular) prune better than random, stacks past their gate only: a permutation test
+       over random layer orderings that respects the nesting of a stack's removal counts. At each count 0 < n < L a
+       selection's score is the share of the random selections there it beats (ties half: the rule is compared with
+       every random selection, not with their mean); a stack's statistic is the sum over its counts. The null: the
+       rule's choice is no better than a random ordering's. Where the rows enumerate every selection
+       (``random_all_up_to``) the rule is ranked among every ordering of the stack's layers (exact; a nested rule's
+       own ordering is the rule: p = 1/orderings when it beats all others, 1/(orderings + 1) for a rule that is no
+       ordering); counts holding seeded draws only are then left out. Rows with seeded draws only (measured before
+       every selection was evaluated) rank the rule among the seeded orderings (a seed's draws are the prefixes of
+       one random ordering): p = rank / (seeds + 1). Stacks are combined by the exact distribution of the summed
+       statistic (independent orderings per stack). Holds when every rule's p (better) is below
+       ``beats_random_alpha``, fails when some rule's p (worse) is, undecided otherwise. The check says which test
+       the rows allowed.
     4. Collapse point of the angular rule per stack inside the published 20-55% band (Qwen .. Llama-2).
     5. ShortGPT Table 2: generation collapses at about 27% of layers removed by BI (XSum, from the registry):
        BLEU below ``collapse.bleu_ratio`` (the measurement's collapse ratio) of the unpruned model at the nearest

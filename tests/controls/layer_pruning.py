@@ -92,14 +92,12 @@ def _median(xs):
 def ties(rows):
     """Equal block influence in every layer (no depth structure at all); and, besides it, every similarity rule
     exactly as good as the random baseline at each removal count, in its scores and in its paired differences: the
-    median draw (its place in the draws' distribution exactly in the middle: better than as many draws as it is
-    worse than), or, where the rows compare with the random mean (``paired_delta_vs_random_mean``), that mean."""
+    median of the random selections (its place among them exactly in the middle: better than as many as it is
+    worse than, which the judge's permutation test ranks against)."""
     rows = _learned(rows)
     flat = edit(rows, "block_influence", lambda r: 0.25)
     rq = _random_quality(rows)
-    by_mean = any(r.get("metric") == "paired_delta_vs_random_mean" for r in rows)
-    centre = {k: (sum(v for *_, v in xs) / len(xs) if by_mean else _median([v for *_, v in xs]))
-              for k, xs in rq.items()}
+    centre = {k: _median([v for *_, v in xs]) for k, xs in rq.items()}
     tied = flat
     for metric in ("bleu", "valid_ppl"):
         tied = edit(tied, metric, lambda r, metric=metric: centre.get(
