@@ -520,8 +520,37 @@ def test_paper_true_rows_at_default_precision_cannot_reproduce():
     assert v["verdict"] == "not_reproduced" and _check(v, "Michel's", "prunes")["passed"] is False
 
 
+@pytest.mark.parametrize("total, at", [(96, 19), (48, 10), (24, 5)])
+def test_michels_20_percent_is_the_grid_level_nearest_it(total, at):
+    """Michel's own 96-head grid prunes 10, 19, 29, ... heads: 19/96 = 19.8% is his 20%. Paper-true rows (lossless
+    through it, lossy from the next level on) hold; a lossy level at it fails; a drop interval touching the tolerance
+    there decides nothing (at the judge's own arithmetic)."""
+    from repro.judges import head_pruning as hp  # local: the judge's private rule, read by this test only
+
+    eq = hp._Equivalence(0.01, 20_000, 0.15)
+    levels = pruning_levels(total, 0.1, 0.9)
+
+    def curve(state):
+        rows = [{"metric": "pruning_bleu", "value": _BASE, "sweep": {"pruned": 0, "fraction": 0.0, "p_value": 1.0}}]
+        for n in levels:
+            d, p = state(n)
+            rows.append({"metric": "pruning_bleu", "value": _BASE + d,
+                         "sweep": {"pruned": n, "fraction": n / total, "p_value": p}})
+        return hp._levels(rows, eq)
+
+    assert hp._paper_level(curve(lambda n: LOSSLESS), 0.2) == at / total
+    passed, _, ok, deciding = hp._prunable_decision(curve(lambda n: LOSSLESS if n <= at else LOSSY), 0.15)
+    assert passed is True and ok == at / total and deciding[-1][0] == at / total
+    passed, *_ = hp._prunable_decision(curve(lambda n: LOSSLESS if n < at else LOSSY), 0.15)
+    assert passed is False
+    passed, why, *_ = hp._prunable_decision(curve(lambda n: LOSSLESS if n < at else STRADDLE if n == at else LOSSY),
+                                            0.15)
+    assert passed is None and "straddles" in why
+
+
 def test_ties_decide_nothing():
-    """tests/controls/head_pruning.py's ties (the lossless run ends exactly at Michel's 20%; the gate exactly at its
+    """tests/controls/head_pruning.py's ties (the drop's interval at the level nearest Michel's 20% ends exactly on
+    the tolerance; the gate exactly at its
     margin; pruned models equal to the unpruned one) leave the headline undecided: the verdict is inconclusive, no
     check fails on a tie."""
     import test_judge_contract as contract
@@ -534,7 +563,10 @@ def test_ties_decide_nothing():
         assert not any(c["passed"] is False for c in v["checks"] if c["headline"]), i
     tie = controls.ties(ref)[0]
     v = contract._judge("head_pruning", folder, tie, controlled=True)
-    assert "tie" in _check(v, "Michel's", "prunes")["undecided_because"]
+    assert "touches" in _check(v, "Michel's", "prunes")["undecided_because"]
+    # the tie sits on the real grid: the level nearest 20% keeps its measured fraction (10 of 48, 19 of 96)
+    fr = {r["sweep"]["fraction"] for r in tie if r["metric"] == "pruning_bleu"}
+    assert 0.2 not in fr and fr == {r["sweep"]["fraction"] for r in ref if r["metric"] == "pruning_bleu"}
     # the random orders' interval edge exactly at the importance order's mean: undecided, not failed
     p = section("head_pruning", "default")
     from repro.intervals import sample_interval

@@ -72,12 +72,13 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
        such interval lies above 0 for some kind; undecided otherwise;
     3. per pruning order, the mean BLEU over the pruning levels lies above the 95% t-interval of the random
        orders' (fails below it, undecided inside or with < 2 random seeds);
-    4. per pruning order, the fraction of heads pruned without loss (the run of lossless levels from the unpruned
-       model) is strictly above Michel's WMT 20%, on the levels up to the first one past 20%: holds when all of
-       them are lossless; fails when one at or below 20% is lossy, or the first past 20% is lossy after a run of
-       levels that ends below 20%; undecided otherwise (a level straddles, or the run ends exactly at 20%: a tie).
-       Michel's l2-per-layer normalised order is the HEADLINE (his protocol, at any heads per layer); the
-       unnormalised order is a secondary check;
+    4. per pruning order, the heads prunable without loss reach Michel's WMT 20% on the measurement's grid: the level
+       that counts as his 20% is the measured level nearest to it (19 of 96 heads, 19.8%, on his own 96-head grid;
+       10 of 48, 20.8%, on a 48-head model; equally near: the larger), and the check holds when every level up to and
+       including it is lossless, fails when one of them is lossy, undecided otherwise (a level's drop interval
+       straddles or touches the tolerance: a tie decides nothing; or the curve stops below 20%). Michel's
+       l2-per-layer normalised order is the HEADLINE (his protocol, at any heads per layer); the unnormalised order
+       is a secondary check;
     5. some L0 run at Voita's head budget (at most 10 of 48 = (48 - 38) / 48 of its gated heads kept: a selection,
        the run is the paper's experiment) loses less than ``tol`` BLEU (equivalence, as above) against both the
        unpruned model and the unpenalised (lambda 0) fine-tune: holds then; fails when every such run is lossy
@@ -386,36 +387,37 @@ def _levels(curve: list[dict], eq: _Equivalence) -> list[tuple[float, float, boo
     return out
 
 
+def _paper_level(levels: list[tuple], m: float) -> float | None:
+    """The grid level that counts as the paper's fraction ``m``: the measured level nearest to it (19 of 96 heads,
+    19.8%, is Michel's 20% on his own grid; 10 of 48, 20.8%, on a 48-head model; equally near: the larger). None
+    when the curve stops below ``m`` (no level above it shows the grid reaches it)."""
+    if not levels or levels[-1][0] < m:
+        return None
+    return min((lv[0] for lv in levels), key=lambda fr: (abs(fr - m), -fr))
+
+
 def _prunable_decision(levels: list[tuple], tol: float) -> tuple[bool | None, str | None, float, list[tuple]]:
     """(decision, why undecided, the fraction pruned at the end of the run of lossless levels, the deciding
-    levels: those up to the first past Michel's 20%) of one curve. Fractions, not percent: 100 * 0.2 is
-    20.000000000000004."""
+    levels: those up to the grid level that counts as Michel's 20%, :func:`_paper_level`) of one curve. Fractions,
+    not percent: 100 * 0.2 is 20.000000000000004."""
     m = _pub("michel_prunable_wmt") / 100
     ok = 0.0
     for fr, _, state, _ in levels:
         if state is not True:
             break
         ok = fr
-    upto = [lv for lv in levels if lv[0] <= m]
-    past = next((lv for lv in levels if lv[0] > m), None)
-    deciding = upto + ([past] if past else [])
-    if any(lv[2] is False for lv in upto):
-        return False, None, ok, deciding
-    if past is None:
+    at = _paper_level(levels, m)
+    if at is None:
         return None, f"the curve ends at {100 * (levels[-1][0] if levels else 0):.0f}% (no level above " \
-                     f"{100 * m:.0f}%)", ok, deciding
+                     f"{100 * m:.0f}%)", ok, list(levels)
+    deciding = [lv for lv in levels if lv[0] <= at]
+    if any(lv[2] is False for lv in deciding):
+        return False, None, ok, deciding
     if all(lv[2] is True for lv in deciding):
         return True, None, ok, deciding
-    if past[2] is False and all(lv[2] is True for lv in upto):
-        if ok < m:
-            return False, None, ok, deciding
-        return None, (f"the run of lossless levels ends exactly at Michel's {100 * m:.0f}% and the next level "
-                      "is lossy: a tie decides nothing"), ok, deciding
-    if past[2] is False and max((lv[0] for lv in upto), default=0.0) < m:
-        return False, None, ok, deciding  # whatever the undecided levels below: the run ends below 20%
     first = next(lv for lv in deciding if lv[2] is not True)
     return None, ((f"the row at {100 * first[0]:.0f}% gives no interval (p-value 1 or a zero change)"
-                   if first[3] is None else f"the drop's interval at {100 * first[0]:.0f}% straddles the "
+                   if first[3] is None else f"the drop's interval at {100 * first[0]:.0f}% straddles (or touches) the "
                    f"tolerance {tol} BLEU") + ": this evaluation subset cannot tell 'no loss' from a small loss"), \
         ok, deciding
 
@@ -441,7 +443,8 @@ def _prunable_check(R: Rows, name: str, curve: list[dict], eq: _Equivalence, siz
                  + "; ".join(shown[:6]) + (f"; steepest drop after {sd[0]['value']:.0f}%" if sd else "")
                  + ("" if headline else " (secondary: the unnormalised order beside Michel's)"),
                  f"{m_prunable}% (WMT), {m_bert}% (BERT) without noticeable loss; sharp drop past "
-                 f"~{m_sharp}% (Michel Fig. 3); need > {m_prunable}% with the drop's upper end < {eq.tol} BLEU",
+                 f"~{m_sharp}% (Michel Fig. 3); need every level up to the grid's nearest to {m_prunable}% with the "
+                 f"drop's upper end < {eq.tol} BLEU",
                  headline=headline,
                  interval=f"({eq.level}) interval of each level's BLEU drop, from its paired-bootstrap p-value "
                           "(normal approximation)", undecided_because=why,

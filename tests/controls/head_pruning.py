@@ -112,18 +112,45 @@ def paper_true_at_default(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def _on_tolerance(rows: list[dict]) -> tuple[float, float]:
+    """(BLEU, p-value) of a pruned model whose drop's interval, recovered as the judge recovers it (drop -delta,
+    half-width z(1 - alpha/2) |delta| / z(1 - p/2)), ends exactly on the tolerance tol = |Voita's drop|, or one float
+    past it where no float lands on it: a drop of about tol/2, its p-value (about alpha) stepped float by float."""
+    import math
+
+    from repro import registry
+
+    tol = abs(float(registry.published("head_pruning", "voita_wmt_bleu_drop")["value"]))
+    alpha = float(config.section("head_pruning", "default")["significance"])
+    base = [r["value"] for r in rows if r["metric"] == "pruning_bleu" and r["sweep"].get("order") == "importance"
+            and r["sweep"].get("pruned") == 0][0]
+    v = base - tol / 2
+    d = v - base
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    p = 2 * (1 - NormalDist().cdf(z * abs(d) / (tol - abs(d))))
+
+    def end(p):
+        return -d + z * abs(d) / NormalDist().inv_cdf(1 - p / 2)
+
+    while end(p) < tol:  # a larger p widens the interval
+        p = math.nextafter(p, math.inf)
+    while end(below := math.nextafter(p, -math.inf)) >= tol:
+        p = below
+    return v, p  # on the tolerance, or the first float past it where no float lands on it (controls.on_edge)
+
+
 def ties(rows: list[dict]) -> list[list[dict]]:
     t = _true(rows)
     out = []
-    # 1. the lossless run of Michel's order (the headline's) ends exactly at his 20% (the level nearest 20%, e.g.
-    #    10 of 48 heads or 19 of 96, re-labelled 20%), then a lossy level
+    # 1. at the level that counts as Michel's 20% (the grid's nearest: 10 of 48 heads, 19 of 96, as measured, not
+    #    relabelled) the drop's interval ends exactly on the tolerance, every level below lossless, every one after
+    #    lossy
     levels = {r["sweep"]["pruned"]: r["sweep"]["fraction"] for r in t if r["metric"] == "pruning_bleu"
               and r["sweep"].get("order") == "importance" and r["sweep"].get("pruned")}
-    near = min(levels, key=lambda k: abs(levels[k] - 0.2))
-    x = [({**r, "sweep": {**r["sweep"], "fraction": 0.2}, "sweep.fraction": 0.2}
-          if r["metric"] == "pruning_bleu" and r["sweep"].get("pruned") == near else r) for r in t]
-    x = _set(x, "pruning_bleu", lambda r: (0.1 * _base(rows), 0.0) if 0.2 < r["sweep"]["fraction"] else
-             (r["value"], r["sweep"]["p_value"]), sweep_order="importance")
+    near = min(levels, key=lambda k: (abs(levels[k] - 0.2), -levels[k]))
+    edge = _on_tolerance(t)
+    x = _set(t, "pruning_bleu", lambda r: edge if r["sweep"]["pruned"] == near else (0.1 * _base(rows), 0.0)
+             if r["sweep"]["pruned"] > near else (r["value"], r["sweep"]["p_value"]), sweep_order="importance")
     out.append(x)
     # 2. the gate exactly at its margin (judge.min_bleu_over_copy, 3 BLEU, above copying the source)
     copy = values(t, "bleu_copy_baseline", sweep_subset="eval")[0]
