@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro import registry
-from repro.verdicts import (Rows, binom_tail, both, check, clopper_pearson, decide_interval, decide_point, gate,
-                            gated, numbers, setup_table, uses, verdict_from_checks)
+from repro.verdicts import (POWER, Rows, binom_tail, both, check, clopper_pearson, decide_interval, decide_point,
+                            gate, gated, numbers, setup_table, sign_test_size, uses, verdict_from_checks)
 from repro.vocabulary.layer_pruning import CLAIM
 
 STACKS = ("encoder", "decoder", "lm")  # the order the stacks' checks and rows are listed in
@@ -296,33 +296,22 @@ def _sign_test(wins: int, decided: int) -> tuple[float, float]:
 
 def _sign_power(wins: int, decided: int, alpha: float) -> dict:
     """What would decide the sign test if the win share held: the smallest number of decided comparisons (above
-    the present one) whose one-sided exact sign-test p-value at that share falls below ``alpha``, in the fields of
-    repro.verdicts.power with the (1 - 2 alpha) Clopper-Pearson interval of the share (exact up to 5,000
-    comparisons, the normal approximation beyond)."""
-    from statistics import NormalDist  # local: only the large-count approximation needs it
-
+    the present one) at which the one-sided exact sign test at ``alpha`` rejects with the power table's power
+    (repro.verdicts.sign_test_size: the exact binomial power under the observed share), in the fields of
+    repro.verdicts.power with the (1 - 2 alpha) Clopper-Pearson interval of the share."""
     unit = "decided comparisons"
     if not decided:
         return {"n": 0, "unit": unit, "value": math.nan, "lo": math.nan, "hi": math.nan, "threshold": 0.5,
-                "half_width": math.inf, "n_needed": None,
+                "half_width": math.inf, "n_needed": None, "power": POWER,
                 "why": "no decided comparison: every selection tied with, or sat between, the random draws"}
     share = wins / decided
     lo, hi = clopper_pearson(wins, decided, alpha)
     out = {"n": decided, "unit": unit, "value": share, "lo": lo, "hi": hi, "threshold": 0.5,
-           "half_width": (hi - lo) / 2, "n_needed": None, "why": None}
+           "half_width": (hi - lo) / 2, "n_needed": None, "why": None, "power": POWER}
     if share == 0.5:
         out["why"] = "the win share sits at 1/2: no number of comparisons decides a tie"
         return out
-    top = 5000
-    lg = np.array([math.lgamma(x + 1) for x in range(top + 1)])
-    for n in range(decided + 1, top + 1):
-        k = math.floor(share * n + 0.5)
-        i = np.arange(k, n + 1) if share > 0.5 else np.arange(0, k + 1)
-        if np.exp(lg[n] - lg[i] - lg[n - i] - n * math.log(2)).sum() < alpha:
-            out["n_needed"] = n
-            return out
-    z = NormalDist().inv_cdf(1 - alpha)
-    out["n_needed"] = math.ceil((z * 0.5 / abs(share - 0.5)) ** 2)
+    out["n_needed"] = sign_test_size(share, alpha, start=decided, target=POWER)
     return out
 
 

@@ -100,7 +100,8 @@ def _step_checks(R: Rows, floor: float, top: float, expected: str, busy: str | N
         passed, r_lo, r_hi = _decide(lo, hi, floor)
         red = 100 * (1 - med)
         snap = (lambda x: floor if abs(x - floor) <= 1e-7 else x)  # on the floor within _decide's tie tolerance
-        pw = power(snap(red), snap(r_lo), snap(r_hi), floor, n, "rounds")
+        level = r["sweep"].get("confidence") or 0.95  # rows before the order-statistic interval: McGill's ~95%
+        pw = power(snap(red), snap(r_lo), snap(r_hi), floor, n, "rounds", confidence=float(level))
         need = pw["n_needed"]
         why = (f"the reduction's interval {r_lo:.1f}..{r_hi:.1f}% straddles or touches the paper's {floor:g}% floor "
                f"after {n} rounds" + (f" (stop: {r['sweep']['stop']})" if r["sweep"].get("stop") else "")
