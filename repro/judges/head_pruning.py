@@ -294,8 +294,15 @@ def _random_order_checks(R: Rows) -> list[dict]:
     for name in ORDERS:
         imp = R.metric("pruning_mean_bleu").where(order=name)
         if imp and rnd:
-            out.append(_beats_random_check(name, imp.value(), rnd))
+            out.append(_beats_random_check(name, imp.value(), rnd, unit_s=_order_seconds(R, len(rnd))))
     return out
+
+
+def _order_seconds(R: Rows, orders: int) -> float | None:
+    """What one more random order costs: the measured seconds of the random-orders stage (``stage_seconds``, over
+    its parts) per order; None where the rows record no stage times."""
+    spent = sum(R.metric("stage_seconds").where(stage="random_orders").values())
+    return spent / orders if spent > 0 and orders else None
 
 
 def _seeds_power(x: float, rnd: list[float], lo: float, hi: float) -> dict:
@@ -313,7 +320,7 @@ def _seeds_power(x: float, rnd: list[float], lo: float, hi: float) -> dict:
     return pw
 
 
-def _beats_random_check(name: str, x: float, rnd: list, quantity: str = "BLEU") -> dict:
+def _beats_random_check(name: str, x: float, rnd: list, quantity: str = "BLEU", unit_s: float | None = None) -> dict:
     pw = None
     if len(rnd) < 2 or not all(_finite(y) for y in rnd + [x]):
         passed, why, iv = None, f"{len(rnd)} random order(s) (needs >= 2 for an interval)", None
@@ -321,6 +328,8 @@ def _beats_random_check(name: str, x: float, rnd: list, quantity: str = "BLEU") 
         _, lo, hi, _ = sample_interval(rnd)
         passed = decide_interval(lo, hi, below=x)
         pw = _seeds_power(x, rnd, lo, hi)
+        if unit_s:
+            pw["unit_s"] = unit_s
         why = f"{x:.2f} lies inside (or on) the random orders' interval [{lo:.2f}, {hi:.2f}]" + (
             f"; ~{pw['n_needed']} random orders would decide it if their mean and spread held"
             if pw.get("n_needed") else "")
