@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Mapping
+
+import numpy as np
 
 from repro import registry
 from repro.intervals import sample_interval, t_interval
@@ -29,19 +32,33 @@ def uses(thresholds: Mapping, *keys: str) -> dict:
     return {k: thresholds[k] for k in keys}
 
 
+CONFIDENCE, POWER = 0.95, 0.9  # the intervals' usual level; the power a "what would decide this" size aims at
+
+
+def decisive_share(confidence: float = CONFIDENCE, target: float = POWER) -> float:
+    """The share of the distance to a threshold an interval's half-width may take for the check to decide with
+    probability ``target`` if the estimate held: an interval est +- z_(1-a/2) se excludes the threshold with
+    probability Phi(gap / se - z_(1-a/2)), which reaches ``target`` at gap = (z_(1-a/2) + z_target) se, i.e. at a
+    half-width of gap x z_(1-a/2) / (z_(1-a/2) + z_target) (0.605 at 95% and 90%; 1 would be a coin flip, 50%)."""
+    z_a, z_p = NormalDist().inv_cdf(1 - (1 - confidence) / 2), NormalDist().inv_cdf(target)
+    return z_a / (z_a + z_p)
+
+
 def power(value: float, lo: float, hi: float, threshold: float | tuple[float, float], n: int, unit: str,
-          *, rate: str = "sqrt") -> dict:
+          *, confidence: float = CONFIDENCE, target: float = POWER) -> dict:
     """What would decide an interval check if its point estimate held (the page's "What would decide this"): the
-    interval's half-width shrinks as 1/sqrt(n) (``rate="sqrt"``: seeds, sentences, rounds, draws averaged), so the
-    check decides at ``n_needed = n * (half-width / distance to the threshold)^2``. A band threshold (lo, hi) counts
-    the distance to its nearer edge. A value exactly on the threshold (a tie) is decided by no size: ``n_needed``
-    None, ``why`` says so. Computed from the measured numbers, never typed."""
+    interval's half-width shrinks as 1/sqrt(n) (seeds, sentences, rounds, draws averaged), so at ``target`` power
+    (the interval, at level ``confidence``, excludes the threshold with that probability) the check decides at
+    ``n_needed = n * ((z_(1-a/2) + z_target) * se / gap)^2`` with ``se = half-width / z_(1-a/2)`` and ``gap`` the
+    distance to the threshold (:func:`decisive_share`); a band threshold (lo, hi) counts the distance to its nearer
+    edge. A value exactly on the threshold (a tie) is decided by no size: ``n_needed`` None, ``why`` says so; a
+    check its own interval decides already needs its own ``n``. Computed from the measured numbers, never typed."""
     edges = [threshold] if isinstance(threshold, (int, float)) else list(threshold)
     finite = all(map(math.isfinite, (value, lo, hi)))
     half = (hi - lo) / 2 if finite else math.inf
     gap = min(abs(value - float(e)) for e in edges) if math.isfinite(value) else math.nan
     out = {"n": int(n), "unit": unit, "value": value, "lo": lo, "hi": hi, "threshold": threshold,
-           "half_width": half, "n_needed": None, "why": None}
+           "half_width": half, "n_needed": None, "why": None, "power": target, "confidence": confidence}
     if not finite or not math.isfinite(gap):
         out["why"] = "no finite interval: fewer than two measurements"
         out["n_needed"] = 2 if n < 2 else None
@@ -50,8 +67,54 @@ def power(value: float, lo: float, hi: float, threshold: float | tuple[float, fl
     elif half <= gap:
         out["n_needed"] = int(n)  # already decided by its own interval
     else:
-        out["n_needed"] = int(math.ceil(n * (half / gap) ** 2))
+        out["n_needed"] = int(math.ceil(n * (half / (gap * decisive_share(confidence, target))) ** 2))
     return out
+
+
+def side(pw: dict | None, rule: str) -> bool | None:
+    """Which side of its threshold a power item's estimate lies on: True the claimed one (``rule`` "above" /
+    "below" a single threshold, "within" a band), False the failing one, None on the threshold (a tie) or with no
+    estimate: what :func:`sized` needs to tell the parts projected to fail from those projected to pass."""
+    if not pw or not isinstance(pw.get("value"), (int, float)) or not math.isfinite(pw["value"]):
+        return None
+    v, t = float(pw["value"]), pw["threshold"]
+    if rule == "within":
+        lo, hi = (float(x) for x in t)
+        return None if v in (lo, hi) else lo < v < hi
+    if isinstance(t, (list, tuple)):
+        raise ValueError(f"side: rule {rule!r} takes one threshold, not a band")
+    t = float(t)
+    if rule not in ("above", "below"):
+        raise ValueError(f"side: rule {rule!r} is not above, below or within")
+    return None if v == t else (v > t) == (rule == "above")
+
+
+def sized(items: list[tuple[bool | None, dict | None]], mode: str = "all") -> tuple[bool | None, dict | None]:
+    """The power of a check made of several interval decisions, sized by the part projected to decide it first if
+    every estimate held. ``items``: (:func:`side` of the part's estimate, True = the claimed one; its power).
+    ``mode`` "all" (a conjunction: every part must hold): when a part is projected to fail the check fails as soon
+    as the cheapest failing part decides (the smallest size among them); when every part is projected to hold it
+    holds only when the last part decides (the largest); a tie among them then leaves no size. "any" (one part
+    holding suffices) is the dual. Sizes are compared as the factor n_needed / n (the same order as n_needed where
+    the parts share their sample), so parts counted in different units (seeds, sentences) compare. Returns the
+    projected decision and the deciding part's power (None: no part has one), with ``sized_by`` saying which."""
+    def factor(it):
+        pw = it[1]
+        if pw is None or pw.get("n_needed") is None:
+            return math.inf
+        return pw["n_needed"] / pw["n"] if pw.get("n") else float(pw["n_needed"])
+
+    if not items:
+        return None, None
+    if mode not in ("all", "any"):
+        raise ValueError(f"sized: mode {mode!r} is not all or any")
+    decisive = [it for it in items if it[0] is (mode != "all")]  # failing parts of "all", holding parts of "any"
+    if decisive:
+        side_, pick, how = mode != "all", min(decisive, key=factor), "the part projected to decide it first"
+    else:
+        side_, pick, how = mode == "all", max(items, key=factor), "the last part to decide (none projected to " \
+            + ("fail)" if mode == "all" else "hold)")
+    return side_, None if pick[1] is None else {**pick[1], "sized_by": how}
 
 
 def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
@@ -481,3 +544,31 @@ def clopper_pearson(k: int, n: int, tail: float) -> tuple[float, float]:
     lo = 0.0 if k == 0 else solve(lambda q: binom_tail(k, n, q, upper=True), tail)
     hi = 1.0 if k == n else solve(lambda q: -binom_tail(k, n, q, upper=False), -tail)
     return lo, hi
+
+
+def sign_test_size(share: float, alpha: float, *, start: int = 0, target: float = POWER,
+                   top: int = 5000) -> int | None:
+    """The smallest number of decided comparisons n > ``start`` at which the one-sided exact sign test against 1/2
+    at level ``alpha`` (in the direction of ``share``) rejects with probability >= ``target`` if each comparison
+    is won with probability ``share``: the exact binomial power, P(X >= c_n | share) with c_n the smallest count
+    whose P(X >= c_n | 1/2) < alpha (mirrored below 1/2). Exact sums up to ``top`` comparisons, the normal
+    approximation n = ((z_(1-alpha) / 2 + z_target sqrt(p (1 - p))) / |p - 1/2|)^2 beyond; None at share 1/2."""
+    if share == 0.5 or not 0.0 <= share <= 1.0:
+        return None
+    p = share if share > 0.5 else 1.0 - share  # the test's power is symmetric in the direction of the share
+    lg = np.array([math.lgamma(x + 1) for x in range(top + 1)])
+    for n in range(max(start + 1, 1), top + 1):
+        i = np.arange(n + 1)
+        comb = lg[n] - lg[i] - lg[n - i]
+        null_tail = np.cumsum(np.exp(comb - n * math.log(2))[::-1])[::-1]  # P(X >= k | 1/2), k = 0..n
+        reject = np.nonzero(null_tail < alpha)[0]
+        if not len(reject):
+            continue
+        c = int(reject[0])
+        if p >= 1.0:
+            return n
+        tail = np.exp(comb[c:] + i[c:] * math.log(p) + (n - i[c:]) * math.log1p(-p)).sum()
+        if tail >= target:
+            return n
+    z_a, z_p = NormalDist().inv_cdf(1 - alpha), NormalDist().inv_cdf(target)
+    return max(top + 1, math.ceil(((z_a * 0.5 + z_p * math.sqrt(p * (1 - p))) / (p - 0.5)) ** 2))

@@ -404,7 +404,12 @@ def test_judge_sensitivity_is_decided_by_intervals_not_means():
     # cross's mean lowest by 0.1 BLEU, heads spread by +-0.4: a point-mean rule would pass it
     close = sens(_ablation(cross=-0.6, decoder=-0.5))
     assert close["passed"] is None and "cross - decoder_self" in close["measured"]
-    assert close["power"]["unit"] == "heads per kind" and close["power"]["n_needed"] > 12
+    # at 90% power: n x ((1.96 + 1.2816) x se / gap)^2 with se = half-width / 1.96 (the Welch interval's), gap the
+    # 0.1-BLEU difference of means: 2.74 times the 50% size n x (half-width / gap)^2
+    pw = close["power"]
+    se, gap = (pw["hi"] - pw["lo"]) / 2 / 1.959964, abs(pw["value"])
+    assert pw["unit"] == "heads per kind" and pw["power"] == 0.9 and pw["n_needed"] > 12
+    assert pw["n_needed"] == pytest.approx(pw["n"] * ((1.959964 + 1.281552) * se / gap) ** 2, rel=1e-3, abs=1)
     # equal means: a tie
     tie = sens(_ablation(cross=-0.5, decoder=-0.5))
     assert tie["passed"] is None

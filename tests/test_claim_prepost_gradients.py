@@ -214,11 +214,14 @@ def test_flat_power_sizes_both_intervals():
     hp = (t_interval(post["value"], post["spread"], 5)[1] - post["value"])
     hq = (t_interval(pre["value"], pre["spread"], 5)[1] - pre["value"])
 
-    def flat_at(m):
-        s = math.sqrt(5 / m)
+    # at 90% power the rule's half-widths may take z_0.975 / (z_0.975 + z_0.9) = 1.96 / (1.96 + 1.2816) = 0.6046
+    # of the margin: the first m at which |pre| + hq s / 0.6046 < 0.5 (post - hp s / 0.6046), s = sqrt(5 / m)
+    def flat_at(m, share=1.95996 / (1.95996 + 1.28155)):
+        s = math.sqrt(5 / m) / share
         return abs(pre["value"]) + hq * s < 0.5 * (post["value"] - hp * s)
 
     assert flat_at(pw["n_needed"]) and not flat_at(pw["n_needed"] - 1)
+    assert flat_at(pw["n_needed"], share=1.0) and pw["n_needed"] > 2.7 * 5
 
 
 def test_ties_leave_the_headlines_undecided():

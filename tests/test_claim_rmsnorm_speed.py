@@ -137,10 +137,14 @@ def test_judge_all_faster_is_reproduced_and_slower_flips():
     assert _head(v)[0]["passed"] is None and "6.9% floor" in _head(v)[0]["undecided_because"]
     assert v["per_implementation"]["manual"]["verdict"] == "inconclusive"
     assert v["verdict"] == "inconclusive" and "busy" in v["reason"]
-    # the check says how many rounds would decide it if the estimate held: a 7.0% reduction, 0.1 points from the
-    # floor, with a 2-point half-width after 60 rounds: 60 * (2 / 0.1)^2 rounds
+    # the check says how many rounds would decide it with 90% power if the estimate held: a 7.0% reduction, 0.1
+    # points from the floor, with a 2-point half-width after 60 rounds at the rows' level 0.9875 (z = 2.4977, so
+    # se = 2 / 2.4977): 60 * ((2.4977 + z_0.9 = 1.2816) * (2 / 2.4977) / 0.1)^2 = 60 * 30.26^2 ~ 54,950 rounds (the
+    # 50% size, 60 * (2 / 0.1)^2 = 24,000, times 2.29)
     assert _head(v)[0]["power"]["unit"] == "rounds" and _head(v)[0]["power"]["n"] == 60
-    assert _head(v)[0]["power"]["n_needed"] == pytest.approx(60 * (2 / 0.1) ** 2, rel=0.01)
+    assert _head(v)[0]["power"]["power"] == 0.9 and _head(v)[0]["power"]["confidence"] == 0.9875
+    assert _head(v)[0]["power"]["n_needed"] == pytest.approx(60 * ((2.4977 + 1.2816) * (2 / 2.4977) / 0.1) ** 2,
+                                                             rel=0.01)
     # torch native ops never decide: a native 2x speed-up cannot rescue a below-floor manual step, a native
     # slow-down cannot sink a good one
     fast_native = _rows(op_torch=(0.4, 0.5), model_torch=(0.5, 0.01), model_manual=(0.963, 0.02))

@@ -280,7 +280,12 @@ def test_undecided_levels_carry_their_power():
     v = _judge(_rows(lambda f: (-0.5, -1.5, 0.5) if f < 0.45 else _paper_true(f)))
     head = [c for c in v["checks"] if c["headline"]][0]
     assert head["passed"] is None and head["power"]["unit"] == "MNLI pairs" and head["power"]["n"] == 8815
-    assert head["power"]["n_needed"] > 8815 and "evaluation pairs would decide it" in head["undecided_because"]
+    assert "evaluation pairs would decide it" in head["undecided_because"]
+    # a drop of 0.5 [-0.5, 1.5] against the 0.96 tolerance, 0.46 away: at 90% power the 95% half-width 1.0 must
+    # shrink to 0.46 x 1.96 / (1.96 + 1.2816) = 0.2781, so 8,815 x (1.0 / 0.2781)^2 = 8,815 x 12.93 ~ 114,000 pairs
+    pw = head["power"]
+    gap, half = abs(pw["value"] - pw["threshold"]), (pw["hi"] - pw["lo"]) / 2
+    assert pw["n_needed"] == pytest.approx(8815 * (half / (gap * 1.959964 / (1.959964 + 1.281552))) ** 2, rel=1e-3)
 
 
 # ------------------------------------------------------------------------------------------- statistics

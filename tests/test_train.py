@@ -354,7 +354,10 @@ def test_translation_target_is_decided_by_its_interval_and_a_tie_decides_nothing
         assert c["passed"] is None and v["verdict"] == "inconclusive"
         assert "interval" in c["undecided_because"] and "20" in c["undecided_because"]
     close = next(c for c in _translation_verdict(_translation_rows(21.0, 0.9))["checks"] if c["headline"])
-    assert close["power"]["n_needed"] > 1341 and "train the model longer" in close["undecided_because"]
+    # 21.0 +- 1.96 x 0.9 over 1,341 sentences, 1 BLEU above the target: at 90% power the bootstrap error must fall to
+    # 1 / (1.96 + 1.2816) = 0.3085, i.e. 1,341 x (0.9 / 0.3085)^2 = 1,341 x 8.51 = 11,414 sentences
+    assert close["power"]["n_needed"] == math.ceil(1341 * ((1.959964 + 1.281552) * 0.9 / 1.0) ** 2) == 11_414
+    assert "train the model longer" in close["undecided_because"]
     old_tie = _translation_verdict(_translation_rows(20.0, None))
     assert next(c for c in old_tie["checks"] if c["headline"])["passed"] is None
     old = next(c for c in _translation_verdict(_translation_rows(24.7, None))["checks"] if c["headline"])

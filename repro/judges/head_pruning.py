@@ -27,8 +27,8 @@ from statistics import NormalDist
 
 from repro import registry
 from repro.intervals import sample_interval, t_interval, welch_interval
-from repro.verdicts import (Rows, both, check, decide_interval, decide_point, gate, gated, numbers, power,
-                            setup_table, uses, verdict_from_checks)
+from repro.verdicts import (Rows, both, check, decide_interval, decide_point, decisive_share, gate, gated, numbers,
+                            power, setup_table, side, sized, uses, verdict_from_checks)
 from repro.vocabulary.head_pruning import CLAIM
 
 ORDERS = ("importance", "importance_raw")
@@ -160,44 +160,14 @@ class _Sentences:
 
 
 # ------------------------------------------------------------------------------------------------ power
-def _side(pw: dict | None, below: bool = True) -> bool | None:
-    """Which side of its threshold a power item's estimate lies on (True: the claimed one), None on it."""
-    if not pw or not _finite(pw.get("value")) or isinstance(pw.get("threshold"), (list, tuple)):
-        return None
-    v, t = float(pw["value"]), float(pw["threshold"])
-    return None if v == t else (v < t) == below
-
-
-def _project(items: list[tuple[bool | None, dict | None]], mode: str) -> tuple[bool | None, dict | None]:
-    """What decides a check made of several interval decisions if every estimate held: ``items`` are (the side
-    its estimate lies on, True = the claimed one, or None; its power), ``mode`` "all" (every item must hold: it
-    fails at the first item projected to fail, else holds when the last item decides) or "any" (one item holding
-    suffices). Returns the projected decision and the deciding item's power with ``n_needed`` set to the
-    combined sample (None: no size decides it)."""
-    def need(it):
-        pw = it[1]
-        return math.inf if pw is None or pw.get("n_needed") is None else pw["n_needed"]
-
-    if not items:
-        return None, None
-    good, bad = [it for it in items if it[0] is True], [it for it in items if it[0] is False]
-    if mode == "all":
-        side, pick = (False, min(bad, key=need)) if bad else (True, max(items, key=need))
-    else:
-        side, pick = (True, min(good, key=need)) if good else (False, max(items, key=need))
-    if pick[1] is None:
-        return side, None
-    n = need(pick)
-    return side, {**pick[1], "n_needed": None if math.isinf(n) else int(n)}
-
-
 def _drop_power(eq: _Equivalence, size: _Sentences, drop: float, iv: tuple[float, float] | None) -> dict | None:
     """The power of one BLEU-drop interval against ``tol``, in test sentences, with the sentences a true zero drop
     measured as precisely would need (``zero_drop_n``) and those the corpus's test set has (``available``)."""
     if iv is None or not size.n:
         return None
-    pw = power(drop, iv[0], iv[1], eq.tol, size.n, "test sentences")
-    pw["zero_drop_n"] = int(math.ceil(size.n * (pw["half_width"] / eq.tol) ** 2))
+    pw = power(drop, iv[0], iv[1], eq.tol, size.n, "test sentences", confidence=1 - eq.alpha)
+    pw["zero_drop_n"] = int(math.ceil(size.n * (pw["half_width"] / (eq.tol * decisive_share(
+        pw["confidence"], pw["power"]))) ** 2))  # a true zero drop passes at the power table's power
     pw["available"] = size.n_test
     return pw
 
@@ -305,10 +275,10 @@ def _sensitivity_checks(R: Rows) -> list[dict]:
         d, lo, hi = _welch(by_kind["cross"], x)
         parts.append(decide_interval(lo, hi, below=0.0))
         pw = power(d, lo, hi, 0.0, n, "heads per kind")
-        items.append((_side(pw), pw))
+        items.append((side(pw, "below"), pw))
         shown.append(f"cross - {k}: {d:+.2f} [{lo:+.2f}, {hi:+.2f}]")
     passed = both(*parts)
-    _, pw = _project(items, "all")
+    _, pw = sized(items, "all")
     means = ", ".join(f"{k}: {statistics.fmean(x):+.2f} ({len(x)} heads)" for k, x in by_kind.items())
     return [check("enc-dec attention is the most sensitive to single-head ablation", passed,
                   f"mean BLEU change {means}; difference of means " + "; ".join(shown), expected,
@@ -325,25 +295,33 @@ def _random_order_checks(R: Rows) -> list[dict]:
     for name in ORDERS:
         imp = R.metric("pruning_mean_bleu").where(order=name)
         if imp and rnd:
-            out.append(_beats_random_check(name, imp.value(), rnd))
+            out.append(_beats_random_check(name, imp.value(), rnd, unit_s=_order_seconds(R, len(rnd))))
     return out
+
+
+def _order_seconds(R: Rows, orders: int) -> float | None:
+    """What one more random order costs: the measured seconds of the random-orders stage (``stage_seconds``, over
+    its parts) per order; None where the rows record no stage times."""
+    spent = sum(R.metric("stage_seconds").where(stage="random_orders").values())
+    return spent / orders if spent > 0 and orders else None
 
 
 def _seeds_power(x: float, rnd: list[float], lo: float, hi: float) -> dict:
     """The random orders' power: the seeds at which the t-interval of their mean (t quantile included, not only
-    1/sqrt(n)) would exclude ``x`` if the mean and spread held."""
+    1/sqrt(n)) would exclude ``x`` with the power table's power if the mean and spread held (its half-width within
+    repro.verdicts.decisive_share of the distance)."""
     mean, sd = statistics.fmean(rnd), statistics.stdev(rnd)
     pw = power(mean, lo, hi, x, len(rnd), "random orders")
     gap = abs(mean - x)
     if gap > 0 and math.isfinite(sd):
         k = len(rnd)
-        while k < 10_000 and not (t_interval(mean, sd, k)[1] - mean) < gap:
+        while k < 10_000 and not (t_interval(mean, sd, k)[1] - mean) < gap * decisive_share():
             k += 1
         pw["n_needed"] = k if k < 10_000 else None
     return pw
 
 
-def _beats_random_check(name: str, x: float, rnd: list, quantity: str = "BLEU") -> dict:
+def _beats_random_check(name: str, x: float, rnd: list, quantity: str = "BLEU", unit_s: float | None = None) -> dict:
     pw = None
     if len(rnd) < 2 or not all(_finite(y) for y in rnd + [x]):
         passed, why, iv = None, f"{len(rnd)} random order(s) (needs >= 2 for an interval)", None
@@ -351,6 +329,8 @@ def _beats_random_check(name: str, x: float, rnd: list, quantity: str = "BLEU") 
         _, lo, hi, _ = sample_interval(rnd)
         passed = decide_interval(lo, hi, below=x)
         pw = _seeds_power(x, rnd, lo, hi)
+        if unit_s:
+            pw["unit_s"] = unit_s
         why = f"{x:.2f} lies inside (or on) the random orders' interval [{lo:.2f}, {hi:.2f}]" + (
             f"; ~{pw['n_needed']} random orders would decide it if their mean and spread held"
             if pw.get("n_needed") else "")
@@ -428,8 +408,8 @@ def _prunable_check(R: Rows, name: str, curve: list[dict], eq: _Equivalence, siz
     items = []
     for _, delta, _, iv in deciding:
         pw = _drop_power(eq, size, -delta, iv)
-        items.append((_side(pw), pw))
-    _, pw = _project(items, "all")
+        items.append((side(pw, "below"), pw))
+    _, pw = sized(items, "all")
     if passed is None and why:
         why += _corpus_words(pw, eq, size)
     shown = [f"{100 * fr:.0f}%: {d:+.2f}" + (f" [drop {iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else " [no interval]")
@@ -495,7 +475,7 @@ def _l0_checks(R: Rows, eq: _Equivalence, size: _Sentences) -> list[dict]:
             worst.append((state, drop))
         runs.append(text)
     passed, why = _l0_decision(states, kept_max, eq.tol)
-    _, pw = _project(items, "any")
+    _, pw = sized(items, "any")
     if passed is None and states:
         why += _corpus_words(pw, eq, size)
     return [check("L0 gates reach a sparse head budget with a small BLEU loss", passed, "; ".join(runs),
@@ -534,7 +514,7 @@ def _l0_run(R: Rows, r: dict, eq: _Equivalence, size: _Sentences, kept_max: floa
     state = both(*(s for s, _ in decided)) if decided else None
     pws = [_drop_power(eq, size, -c["value"], iv) if _finite(c["value"]) else None
            for c, (_, iv) in zip(comps, decided)]
-    item = _project([(_side(pw), pw) for pw in pws], "all") if pws else (None, None)
+    item = sized([(side(pw, "below"), pw) for pw in pws], "all") if pws else (None, None)
     text = (f"lambda {lam:g}: {r['value']:.0f}/{r['n']:.0f} kept" + (" (at the budget)" if at_budget else "") + ", "
             + ", ".join(f"{c['value']:+.2f} (p={c['sweep'].get('p_value')})" for c in comps))
     drops = [(-c["value"], iv[0], iv[1]) if iv else (-c["value"], None, None)
@@ -644,7 +624,7 @@ def _pairs_power(r: dict, iv: tuple | None, tol: float, n_pairs: int) -> tuple[b
         return None, None
     d = r["sweep"].get("delta", r["value"])
     pw = power(-float(d) if _finite(d) else (iv[0] + iv[1]) / 2, iv[0], iv[1], tol, n_pairs, "MNLI pairs")
-    return _side(pw), pw
+    return side(pw, "below"), pw
 
 
 def _mnli_prunable_checks(R: Rows, tol: float, n_pairs: int) -> list[dict]:
@@ -656,7 +636,7 @@ def _mnli_prunable_checks(R: Rows, tol: float, n_pairs: int) -> list[dict]:
         if not curve:
             continue
         passed, why, shown, ok, deciding = _mnli_prunable_decision(curve, tol, paper)
-        _, pw = _project([_pairs_power(r, _drop_state(r, tol)[1], tol, n_pairs) for r in deciding], "all")
+        _, pw = sized([_pairs_power(r, _drop_state(r, tol)[1], tol, n_pairs) for r in deciding], "all")
         if passed is None and pw and pw.get("n_needed"):
             why += f"; if the estimates held, ~{pw['n_needed']:,} evaluation pairs would decide it (now {n_pairs:,})"
         headline = name == HEADLINE_ORDER
@@ -718,7 +698,7 @@ def _mnli_one_head_checks(R: Rows, tol: float, n_pairs: int) -> list[dict]:
         return []
     states = [_drop_state(r, tol) for r in rows]
     passed = both(*(s for s, _ in states))
-    _, pw = _project([_pairs_power(r, iv, tol, n_pairs) for r, (_, iv) in zip(rows, states)], "all")
+    _, pw = sized([_pairs_power(r, iv, tol, n_pairs) for r, (_, iv) in zip(rows, states)], "all")
     worst = max(rows, key=lambda r: -r["value"] if _finite(r["value"]) else math.inf)
     return [check("keeping one head in any one BERT layer loses nothing noticeable", passed,
                   f"worst layer {worst['sweep']['layer']}: {worst['value']:+.2f} points; "

@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 
 from repro import registry
-from repro.verdicts import (Rows, both, check, clopper_pearson, decide_interval, decide_point, gate,
+from repro.verdicts import (POWER, Rows, both, check, clopper_pearson, decide_interval, decide_point, gate,
                             gated, numbers, setup_table, uses, verdict_from_checks)
 from repro.vocabulary.layer_pruning import CLAIM
 
@@ -367,41 +367,9 @@ def _permutation_power(ps: dict, alpha: float) -> dict:
     r = max(ps, key=lambda k: ps[k][0])
     p, _, total = ps[r]
     return {"n": total, "unit": "random orderings (pool combinations)", "value": p, "lo": math.nan, "hi": math.nan,
-            "threshold": alpha, "half_width": math.nan, "n_needed": None,
+            "threshold": alpha, "half_width": math.nan, "n_needed": None, "power": POWER,
             "why": (f"{r}'s p-value {p:.3g} against alpha {alpha:g}: the test already ranks the rule among every "
                     "ordering the rows hold; only more layers, more stacks or more seeded orderings add to it")}
-
-
-def _sign_power(wins: int, decided: int, alpha: float) -> dict:
-    """What would decide the sign test if the win share held: the smallest number of decided comparisons (above
-    the present one) whose one-sided exact sign-test p-value at that share falls below ``alpha``, in the fields of
-    repro.verdicts.power with the (1 - 2 alpha) Clopper-Pearson interval of the share (exact up to 5,000
-    comparisons, the normal approximation beyond)."""
-    from statistics import NormalDist  # local: only the large-count approximation needs it
-
-    unit = "decided comparisons"
-    if not decided:
-        return {"n": 0, "unit": unit, "value": math.nan, "lo": math.nan, "hi": math.nan, "threshold": 0.5,
-                "half_width": math.inf, "n_needed": None,
-                "why": "no decided comparison: every selection tied with, or sat between, the random draws"}
-    share = wins / decided
-    lo, hi = clopper_pearson(wins, decided, alpha)
-    out = {"n": decided, "unit": unit, "value": share, "lo": lo, "hi": hi, "threshold": 0.5,
-           "half_width": (hi - lo) / 2, "n_needed": None, "why": None}
-    if share == 0.5:
-        out["why"] = "the win share sits at 1/2: no number of comparisons decides a tie"
-        return out
-    top = 5000
-    lg = np.array([math.lgamma(x + 1) for x in range(top + 1)])
-    for n in range(decided + 1, top + 1):
-        k = math.floor(share * n + 0.5)
-        i = np.arange(k, n + 1) if share > 0.5 else np.arange(0, k + 1)
-        if np.exp(lg[n] - lg[i] - lg[n - i] - n * math.log(2)).sum() < alpha:
-            out["n_needed"] = n
-            return out
-    z = NormalDist().inv_cdf(1 - alpha)
-    out["n_needed"] = math.ceil((z * 0.5 / abs(share - 0.5)) ** 2)
-    return out
 
 
 # the papers' statement the permutation test checks (their tables compare with random pruning; no share is published)

@@ -11,8 +11,8 @@ import math
 
 from repro import registry
 from repro.intervals import t_interval
-from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, power, setup_table, uses,
-                            verdict_from_checks)
+from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, power, setup_table, side,
+                            sized, uses, verdict_from_checks)
 from repro.vocabulary.prepost_gradients import CLAIM, FFN_MATRICES
 
 
@@ -120,13 +120,11 @@ def _norm_groups(slopes: Rows, norms: list[str]) -> list[list[str]]:
     return groups
 
 
-def _pick_power(parts: list[tuple[bool | None, dict]]) -> dict | None:
-    """The power of a check made of several interval decisions: the undecided part needing the most (a tie, which
-    no size decides, first); when every part is decided, the first part's."""
-    undecided = [pw for ok, pw in parts if ok is None and pw is not None]
-    if not undecided:
-        return parts[0][1] if parts else None
-    return max(undecided, key=lambda pw: math.inf if pw["n_needed"] is None else pw["n_needed"])
+def _pick_power(parts: list[tuple[str, dict]]) -> dict | None:
+    """The power of a check made of several interval decisions, each part given as (its rule: "above", "below" or
+    "within" its threshold; its power): sized by the part projected to decide it first (repro.verdicts.sized: the
+    cheapest part projected to fail, else the last part to hold)."""
+    return sized([(side(pw, rule), pw) for rule, pw in parts])[1]
 
 
 def _flat_power(post: dict, pre: dict, ratio: float, n: int) -> dict:
@@ -160,8 +158,8 @@ def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
                 flat = True if decide_within(qlo, qhi, -narrow, narrow) else \
                     False if decide_within(qlo, qhi, -wide, wide) is False else None
                 grows = decide_interval(plo, phi, above=c["grow_slope_min"])
-                pw = _pick_power([(grows, power(post["value"], plo, phi, c["grow_slope_min"], n, "seeds")),
-                                  (flat, _flat_power(post, pre, c["flat_ratio_max"], n))])
+                pw = _pick_power([("above", power(post["value"], plo, phi, c["grow_slope_min"], n, "seeds")),
+                                  ("below", _flat_power(post, pre, c["flat_ratio_max"], n))])
                 checks.append(check(
                     f"Fig 3(a,b) {label} {stack} {matrix}: Post grows with layer, Pre flat", both(grows, flat),
                     f"slope of ln(norm) per layer: post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
@@ -198,8 +196,8 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
             post_band, pre_band = (e_post - flat_tol, e_post + flat_tol), (e_pre - tol, e_pre + tol)
             ok_post, ok_pre = decide_within(*_ci(post), *post_band), decide_within(*_ci(pre), *pre_band)
             ok = both(ok_post, ok_pre)
-            pw = _pick_power([(ok_post, power(post["value"], *_ci(post), post_band, int(post["n"] or 1), unit)),
-                              (ok_pre, power(pre["value"], *_ci(pre), pre_band, int(pre["n"] or 1), unit))])
+            pw = _pick_power([("within", power(post["value"], *_ci(post), post_band, int(post["n"] or 1), unit)),
+                              ("within", power(pre["value"], *_ci(pre), pre_band, int(pre["n"] or 1), unit))])
             checks.append(check(f"{label}: Post-LN final W2 grad flat in depth (~L^{e_post:g}), Pre-LN ~L^{e_pre:g}",
                                 ok, f"d ln(norm)/d ln(L): post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
                                 f"{int(pre['n'])} seeds)",
@@ -230,8 +228,8 @@ def _lemma2_postln_checks(R: Rows, c: dict) -> list[dict]:
     band = (target * (1 - c["lemma2_rel_tol"]), target * (1 + c["lemma2_rel_tol"]))
     ivs = [_se_interval(r) for r in post5]
     oks = [decide_within(lo, hi, *band) for lo, hi in ivs]
-    pw = _pick_power([(ok, power(r["value"], lo, hi, band, int(r["n"] or 1), "samples"))
-                      for ok, r, (lo, hi) in zip(oks, post5, ivs)])
+    pw = _pick_power([("within", power(r["value"], lo, hi, band, int(r["n"] or 1), "samples"))
+                      for r, (lo, hi) in zip(post5, ivs)])
     return [check(f"Lemma 2 Post-LN: E||x^{{post,5}}||^2 = {target:g} d at every layer", both(*oks),
                   ", ".join(f"{r['value']:.3f} [{lo:.3f}, {hi:.3f}]" for r, (lo, hi) in zip(post5, ivs))
                   + f" (x d; mean [95% CI], {int(post5[0]['n'] or 0)} samples)",
@@ -250,8 +248,8 @@ def _lemma2_preln_checks(R: Rows) -> list[dict]:
     ivs = [_se_interval(r) for r in pre_l]
     bands = [(a0 + b0 * r["sweep"]["layer"], a1 + b1 * r["sweep"]["layer"]) for r in pre_l]
     oks = [decide_within(lo, hi, *band) for (lo, hi), band in zip(ivs, bands)]
-    pw = _pick_power([(ok, power(r["value"], lo, hi, band, int(r["n"] or 1), "samples"))
-                      for ok, r, (lo, hi), band in zip(oks, pre_l, ivs, bands)])
+    pw = _pick_power([("within", power(r["value"], lo, hi, band, int(r["n"] or 1), "samples"))
+                      for r, (lo, hi), band in zip(pre_l, ivs, bands)])
     return [check(f"Lemma 2 Pre-LN: ({a0:g} + {b0:g} l) d <= E||x_l||^2 <= ({a1:g} + {b1:g} l) d", both(*oks),
                   ", ".join(f"l={r['sweep']['layer']}: {r['value']:.2f} [{lo:.2f}, {hi:.2f}]"
                             for r, (lo, hi) in zip(pre_l, ivs)) + " (x d; mean [95% CI])",

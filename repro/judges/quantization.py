@@ -15,8 +15,9 @@ import numpy as np
 
 from repro import registry
 from repro.intervals import t_interval
-from repro.verdicts import (Rows, both, check, decide_interval, decide_point, decide_within, gate, gated, numbers,
-                            power, setup_table, uses, verdict_from_checks, clopper_pearson)
+from repro.verdicts import (Rows, both, check, decide_interval, decide_point, decide_within, decisive_share, gate,
+                            gated, numbers, power, setup_table, side, sized, uses, verdict_from_checks,
+                            clopper_pearson)
 from repro.vocabulary.quantization import CLAIM
 
 
@@ -133,8 +134,10 @@ def _seeded(R: Rows, m, method) -> bool:
 
 
 def _needed(gap: float, shrinking: float, fixed: float, n: int) -> int | None:
-    """The sample at which a 95% half-width sqrt(fixed^2 + shrinking^2 n / n') falls below ``gap`` (the distance to
-    the threshold) if the estimate held; None when the part that does not shrink already reaches it."""
+    """The sample at which a 95% half-width sqrt(fixed^2 + shrinking^2 n / n') falls below the share of ``gap`` (the
+    distance to the threshold) that decides with the power table's power if the estimate held
+    (repro.verdicts.decisive_share); None when the part that does not shrink already takes that share."""
+    gap = gap * decisive_share()
     if not (math.isfinite(gap) and math.isfinite(fixed) and math.isfinite(shrinking)) or fixed >= gap:
         return None
     return max(math.ceil(n * shrinking ** 2 / (gap ** 2 - fixed ** 2)), int(n) + (shrinking > 0))
@@ -143,7 +146,7 @@ def _needed(gap: float, shrinking: float, fixed: float, n: int) -> int | None:
 def _power_two(iv: dict, thr: float, show=lambda x: x) -> dict:
     """power= of an interval from the two sources of :func:`_diff` against ``thr`` (on D's scale; ``show`` maps D's
     scale to the page's, monotone): the calibration seeds that would decide it with the evaluation's error as
-    measured; when that error alone reaches the threshold, the evaluation sentences that would (no seed count can)."""
+    measured; when that error alone is too wide for it, the evaluation sentences that would (no seed count can)."""
     args = (_snap(show(iv["d"]), show(thr)), show(iv["lo"]), show(iv["hi"]), show(thr))
     pw = power(*args, iv["k"], "calibration seeds")
     if pw["n_needed"] is None or pw["n_needed"] <= iv["k"] or not math.isfinite(iv["seed_half"]):
@@ -155,11 +158,11 @@ def _power_two(iv: dict, thr: float, show=lambda x: x) -> dict:
         return pw
     pw = power(*args, iv["n"] or 0, "evaluation sentences")
     pw["n_needed"] = _needed(gap, iv["eval_half"], iv["seed_half"], iv["n"]) if iv["n"] else None
-    pw["why"] = ("the evaluation tokens' sampling error alone reaches the threshold, so no number of calibration "
-                 "seeds decides it" + ("" if pw["n_needed"] is not None else
-                                       "; the seeds' spread alone does too, so no sample of this model decides it: "
-                                       "only a larger difference would (a model or bit width at which the two "
-                                       "methods' perplexities lie further apart)"))
+    pw["why"] = ("the evaluation tokens' sampling error alone is too wide to exclude the threshold at the power "
+                 "table's power, so no number of calibration seeds decides it"
+                 + ("" if pw["n_needed"] is not None else "; the seeds' spread alone is too, so no sample of this "
+                    "model decides it: only a larger difference would (a model or bit width at which the two methods' "
+                    "perplexities lie further apart)"))
     return pw
 
 
@@ -172,17 +175,16 @@ def _power_fixed(value, lo, hi, thr, gap: float, fixed: float, shrinking: float,
         return pw
     pw["n_needed"] = _needed(gap, shrinking, fixed, n) if n and shrinking > 0 else None
     if pw["n_needed"] is None:
-        pw["why"] = (f"{fixed_words} alone reaches the threshold: no evaluation size decides it, only a larger "
-                     "difference than this model shows would" if n else PREDATES)
+        pw["why"] = (f"{fixed_words} alone is too wide to exclude the threshold at the power table's power: no "
+                     "evaluation size decides it, only a larger difference than this model shows would" if n
+                     else PREDATES)
     return pw
 
 
 def _worst(pws: list[dict]) -> dict | None:
-    """The power of the setting hardest to decide (never before the largest relative sample)."""
-    pws = [p for p in pws if p]
-    if not pws:
-        return None
-    return max(pws, key=lambda p: math.inf if p["n_needed"] is None else p["n_needed"] / max(p["n"], 1))
+    """The power of a check that holds when every setting's interval lies below its threshold: sized by the setting
+    projected to decide it first (repro.verdicts.sized: the cheapest failing one, else the last to hold)."""
+    return sized([(side(p, "below"), p) for p in pws if p])[1]
 
 
 def _noise(R: Rows, m):

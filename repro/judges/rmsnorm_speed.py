@@ -10,6 +10,7 @@ must beat is the paper's smallest reduction as the paper states it, the registry
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 
 from repro import registry
@@ -93,6 +94,9 @@ def _step_checks(R: Rows, floor: float, top: float, expected: str, busy: str | N
     ``norm_impl`` (the headline where both are written the same way), ScaleNorm as context (no implementation)."""
     paper_tf = [registry.published(CLAIM, k)["value"] for k in ("transformer_ln_time", "transformer_rms_time")]
 
+    # one round times one step of every variant (the rows' median step times): what each more round costs
+    round_s = sum(v for v in R.metric("step_time").values() if v is not None and math.isfinite(v))
+
     def rms(r):
         impl, med, iqr, n = r["sweep"]["impl"], float(r["value"]), r["spread"] or 0.0, int(r.get("n") or 0)
         native = impl == "torch"
@@ -100,7 +104,10 @@ def _step_checks(R: Rows, floor: float, top: float, expected: str, busy: str | N
         passed, r_lo, r_hi = _decide(lo, hi, floor)
         red = 100 * (1 - med)
         snap = (lambda x: floor if abs(x - floor) <= 1e-7 else x)  # on the floor within _decide's tie tolerance
-        pw = power(snap(red), snap(r_lo), snap(r_hi), floor, n, "rounds")
+        level = r["sweep"].get("confidence") or 0.95  # rows before the order-statistic interval: McGill's ~95%
+        pw = power(snap(red), snap(r_lo), snap(r_hi), floor, n, "rounds", confidence=float(level))
+        if round_s:
+            pw["unit_s"] = round_s
         need = pw["n_needed"]
         why = (f"the reduction's interval {r_lo:.1f}..{r_hi:.1f}% straddles or touches the paper's {floor:g}% floor "
                f"after {n} rounds" + (f" (stop: {r['sweep']['stop']})" if r["sweep"].get("stop") else "")

@@ -57,7 +57,7 @@ def _target_check(bleu: float, se: float | None, target: float, z: float, T: dic
     lo, hi = iv
     passed = decide_interval(lo, hi, above=target)
     n = int(sentences) if sentences is not None and math.isfinite(float(sentences)) else 0
-    pw = power(bleu, lo, hi, target, n, "test sentences") if passed is None else None
+    pw = power(bleu, lo, hi, target, n, "test sentences", confidence=T["confidence"]) if passed is None else None
     why = None
     if passed is None:
         need = pw["n_needed"]

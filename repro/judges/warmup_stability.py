@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from repro import registry
 from repro.intervals import sample_interval, welch_interval
-from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, power, setup_table, uses,
-                            verdict_from_checks)
+from repro.verdicts import (Rows, both, check, decide_interval, gate, gated, numbers, power, setup_table, side,
+                            sized, uses, verdict_from_checks)
 from repro.vocabulary.warmup_stability import CLAIM, warmup_lengths
 
 
@@ -427,9 +427,8 @@ def _depth_trend_checks(g: Grid, params: dict, T: dict) -> list[dict]:
     growth = g.contrast((1, po1), (-1, pr1), (-1, po0), (1, pr0))
     p_deep, why_deep = _decide(g1, above=gap)
     p_grow, why_grow = _decide(growth, above=0.0)
-    powers = [(p, power(c.mean, c.lo, c.hi, edge, c.n, "seeds"))
-              for p, c, edge in ((p_deep, g1, gap), (p_grow, growth, 0.0)) if c.decidable]
-    pw = next((w for p, w in powers if p is None), powers[0][1] if powers else None)
+    powers = [power(c.mean, c.lo, c.hi, edge, c.n, "seeds") for c, edge in ((g1, gap), (growth, 0.0)) if c.decidable]
+    pw = sized([(side(w, "above"), w) for w in powers])[1]  # both must hold: the part projected to decide first
     gaps = "; ".join(f"{D}+{D} layers: Post {g.describe(po)}, Pre {g.describe(pr)}" for D, po, pr in trend)
     return [check(
         f"no warm-up: Post-LN fails at {D1}+{D1} layers where Pre-LN trains, more than at {D0}+{D0}",

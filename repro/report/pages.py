@@ -371,11 +371,26 @@ def _needed_text(pw: dict) -> str:
     return text
 
 
+def _cost_text(pw: dict, minutes: float | None) -> str:
+    """What the sample that would decide a check costs on the measuring machine: ``n_needed`` x the measured cost of
+    one unit where the judge recorded it from the rows (``unit_s``: a round's step times, a random order's share of
+    its stage), else the claim's measured core-minutes scaled by the sample, an upper estimate (the whole claim's
+    cost scales with it, its cheap parts included)."""
+    need, unit_s = pw.get("n_needed"), pw.get("unit_s")
+    if need is None:
+        return "-"
+    if unit_s:
+        return f"~{need * unit_s / 60:,.1f} min ({need:,} {pw.get('unit', '')} x {unit_s:.3g} s each, measured)"
+    if minutes is None or not pw.get("n"):
+        return "-"
+    return f"<= ~{minutes * need / pw['n']:,.0f} core-min (upper estimate: the claim's {minutes:,.1f} scaled)"
+
+
 def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
     """"What would decide this": for each undecided check that carries its power numbers (repro.verdicts.power),
     the interval, the threshold, the sample now and the sample that would decide it if the point estimate held, and
-    what that would cost on the measuring machine (the claim's measured core-minutes scaled by the sample; the
-    claim's whole cost scales with it when the sample is its seeds or sentences, so this is an upper estimate).
+    what that would cost on the measuring machine (:func:`_cost_text`: the measured cost of one unit where the judge
+    recorded it, else the claim's measured core-minutes scaled by the sample, an upper estimate).
     Computed from the measured rows; a tie says no size decides it."""
     rows = []
     minutes = _claim_core_minutes(claim, Path(results_dir))
@@ -388,9 +403,7 @@ def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
                          "now": "-", "would decide at": headline.clip(c.get("undecided_because") or "-", 160),
                          "cost": "-"})
             continue
-        need = pw.get("n_needed")
-        cost = ("-" if need is None or minutes is None or not pw.get("n") else
-                f"~{minutes * need / pw['n']:,.0f} core-min (now {minutes:,.1f})")
+        cost = _cost_text(pw, minutes)
         thr = pw.get("threshold")
         thr = f"[{thr[0]:.4g}, {thr[1]:.4g}]" if isinstance(thr, (list, tuple)) else f"{thr:.4g}"
         rows.append({"check": headline.clip(c["name"], 70), "measured [interval]":
@@ -401,7 +414,8 @@ def power_blocks(claim: str, verdict: dict, results_dir: Path) -> list[tuple]:
         return []
     return [("h2", "What would decide this"),
             ("p", "Each undecided check below: its interval, the threshold, the sample it had and the sample that "
-                  "would decide it if the point estimate held (the interval narrows as 1/sqrt(n)), with its cost on "
+                  "would decide it with 90% power if the point estimate held (the interval narrows as 1/sqrt(n); a "
+                  "check of several parts is sized by the part projected to decide it first), with its cost on "
                   "the machine that measured it (docs/results.md, \"Reading a power table\"); a check that no larger "
                   "sample decides says what would (a GPU, a control that learns)."),
             ("table", pd.DataFrame(rows))]
