@@ -1,5 +1,7 @@
 """flash_attention (C7): tiny run end to end (kernel sweep via repro.bench.kernels, Table 21, Fig 2, training step)
 and the verdict rule."""
+import math
+
 import pytest
 import torch
 
@@ -220,3 +222,43 @@ def test_speed_rows_without_an_interval():
             r["n"] = 20
     head = _headline(judge(notch, P, "default", device="cuda"))
     assert head["passed"] is True and "McGill" in head["interval"]
+
+
+@pytest.mark.parametrize("scale", ["default", "paper"])
+def test_every_speed_up_is_timed_over_enough_rounds_for_an_interval(scale):
+    """Fig 2's and the end-to-end step's rounds (reps: the fewest timed) reach the order-statistic interval of the
+    median at the config's confidence (6 at 95%: with fewer the speed-up has no interval and a GPU run decides
+    nothing; the default Fig 2 shape had 3)."""
+    from repro.bench.timing import median_interval
+
+    p = config.section(CLAIM, scale)
+    for part in ("fig2", "model"):
+        lo, hi, cov = median_interval(range(p[part]["reps"]), p[part]["confidence"])
+        assert math.isfinite(lo) and math.isfinite(hi) and cov >= p[part]["confidence"], (scale, part, p[part])
+    assert median_interval(range(5), 0.95)[0] == -math.inf and math.isfinite(median_interval(range(6), 0.95)[0])
+
+
+def test_gpu_controls_decide_by_their_rounds_and_fail_without_them():
+    """tests/controls/flash_attention.py on the committed reference rows presented as a GPU run, each speed-up over
+    the paper scale's rounds: null (1.0x) inconclusive with its intervals finite and straddling 1, reversed
+    not_reproduced, paper-true reproduced. The same controls over the reference's 3 rounds (no interval) decide
+    nothing: each contract assertion would fail there, so the verdicts above come from the rows' intervals."""
+    from test_judge_contract import _controls, _judge, _reference, _rows as ref_rows, null
+
+    folder, ctl = _reference(CLAIM), _controls(CLAIM)
+    rows = ref_rows(folder)
+    paper = config.section(CLAIM, "paper")
+    assert {ctl.gpu_rounds(m) for m in ctl.SPEED} == {paper[p]["reps"] for p in ("fig2", "model")}
+    v = {name: _judge(CLAIM, folder, make(rows), controlled=True) for name, make in
+         (("null", lambda r: null(ctl.on_device(r))), ("reversed", ctl.paper_false), ("true", ctl.paper_true))}
+    assert v["null"]["verdict"] == "inconclusive" and ctl.null_reaches(v["null"]) == []
+    head = _headline(v["null"])
+    assert head["numbers"]["lo"] < 1.0 < head["numbers"]["hi"] and "straddles" in head["undecided_because"]
+    assert v["reversed"]["verdict"] == "not_reproduced" and _headline(v["reversed"])["passed"] is False
+    assert v["true"]["verdict"] == "reproduced" and _headline(v["true"])["passed"] is True
+    few = {name: _judge(CLAIM, folder, make(rows), controlled=True) for name, make in
+           (("null", lambda r: null(ctl.on_device(r, rounds=3))),
+            ("reversed", lambda r: ctl.paper_false(r, rounds=3)), ("true", lambda r: ctl.paper_true(r, rounds=3)))}
+    assert all(x["verdict"] == "inconclusive" for x in few.values()), {k: x["verdict"] for k, x in few.items()}
+    assert ctl.null_reaches(few["null"]) and all("too few rounds" in _headline(x)["undecided_because"]
+                                                  for x in few.values())

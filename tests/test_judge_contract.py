@@ -9,7 +9,10 @@ claim: real rows, its real metric schema) transformed so the paper's effect is g
   No claim may say reproduced or partially. (A headline half that states "no difference", such as "Pre-LN trains
   without warm-up" or "LLM.int8() leaves perplexity unchanged", may hold on ties; the claim as a whole may not.)
 - **paper-false** (``tests/controls/<claim>.py``, ``paper_false``): the effect reversed, gates kept: the verdict
-  must be not_reproduced; **ties** (``ties``, where the module has them): data on the thresholds never passes.
+  must be not_reproduced; **ties** (``ties``, where the module has them): data on the thresholds never passes;
+  **paper-true** (``paper_true``, where the module has it): the effect at the paper's size: reproduced. Where the
+  module has ``null_reaches(verdict)``, the null must get past the gates and the intervals to where it could fail
+  the judge (it lists what the null did not reach).
 - **untouched**: the rows as measured give the verdict stored beside them (the judge is deterministic and the
   reference's verdict is what the checkout's judge says).
 
@@ -69,8 +72,9 @@ def _judge(claim: str, folder: Path, rows: list[dict], controlled: bool = False)
 
 
 def null(rows: list[dict]) -> list[dict]:
-    """Every value of a (metric, unit) tied: ratios of timing or memory at 1, percent changes at 0, the rest at the
-    median moved off (x 1.37 + 0.37). The effect removed, the schema (metrics, sweeps, counts) kept."""
+    """Every value of a (metric, unit) tied: ratios of timing or memory at 1, percent changes at 0, a flag (unit
+    bool) at its median, still 0 or 1, the rest at the median moved off (x 1.37 + 0.37). The effect removed, the
+    schema (metrics, sweeps, counts) kept."""
     groups: dict[tuple, list[float]] = {}
     for r in rows:
         if r.get("value") is not None:
@@ -80,6 +84,8 @@ def null(rows: list[dict]) -> list[dict]:
         if r.get("kind") in ("ratio_time", "ratio_memory"):
             return 0.0 if r.get("unit") in ("percent", "%") else 1.0
         vals = sorted(groups[(r["metric"], r.get("unit"))])
+        if r.get("unit") == "bool":  # a flag stays a flag: no difference between runs, not every run flagged
+            return vals[len(vals) // 2]
         return vals[len(vals) // 2] * 1.37 + 0.37
 
     return [{**r, "value": tie(r)} if r.get("value") is not None else dict(r) for r in rows]
@@ -102,6 +108,8 @@ def test_null_data_never_passes(claim):
     if controls is not None and hasattr(controls, "on_device"):
         v = _judge(claim, folder, null(controls.on_device(_rows(folder))), controlled=True)
         assert v["verdict"] not in ("reproduced", "partially"), (v["verdict"], v["reason"][:600])
+    if controls is not None and hasattr(controls, "null_reaches"):  # the null got where it could fail the judge
+        assert controls.null_reaches(v) == [], (controls.null_reaches(v), v["reason"][:600])
 
 
 def _every_reference() -> list[Path]:
@@ -163,6 +171,19 @@ def test_paper_false_data_is_not_reproduced(claim):
         pytest.fail(f"tests/controls/{claim}.py is missing")
     v = _judge(claim, folder, controls.paper_false(_rows(folder)), controlled=True)
     assert v["verdict"] == "not_reproduced", (v["verdict"], v["reason"][:800])
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_paper_true_data_is_reproduced(claim):
+    """Where the control module has ``paper_true`` (the paper's effect at the paper's size, presented as where the
+    claim is decided), the verdict is reproduced: the same judge that gives the null and paper-false controls
+    something else reads the rows."""
+    controls = _controls(claim)
+    if controls is None or not hasattr(controls, "paper_true"):
+        pytest.skip(f"{claim}: no paper-true control")
+    folder = _reference(claim)
+    v = _judge(claim, folder, controls.paper_true(_rows(folder)), controlled=True)
+    assert v["verdict"] == "reproduced", (v["verdict"], v["reason"][:800])
 
 
 @pytest.mark.parametrize("claim", CLAIMS)

@@ -139,9 +139,10 @@ def _speed_checks(R: Rows, tol: dict, device: str, load: dict) -> list[dict]:
         name = SPEED_NAMES[r["metric"]].format(fused)
         span = f"interval {lo_r:.2f}..{hi_r:.2f}x" if finite else f"n={r.get('n')}: too few rounds for an interval"
         measured = f"{med:.2f}x ({span}) on device {device}"
+        why = (gpu_why if finite else f"{span} of the median") if on_gpu else CPU_WHY
         checks.append(check(name, decide_interval(lo_r, hi_r, above=1.0) if on_gpu else None, measured,
                             f"> 1x (paper: {text})", headline=headline,
-                            interval=interval, undecided_because=gpu_why if on_gpu else CPU_WHY,
+                            interval=interval, undecided_because=why,
                             numbers=numbers(med, "x speed-up", lo=lo_r if finite else None,
                                             hi=hi_r if finite else None, paper=target, compare="ratio",
                                             paper_text=text.split(" (")[0] + (" on A100" if headline else ""),
@@ -150,7 +151,7 @@ def _speed_checks(R: Rows, tol: dict, device: str, load: dict) -> list[dict]:
         checks.append(check(name + f", at least {frac:g} x the paper's speed-up",
                             decide_interval(lo_r, hi_r, above=need) if on_gpu else None, measured,
                             f"> {need:.2f}x = {frac:g} x the paper's {text}", interval=interval,
-                            undecided_because=gpu_why if on_gpu else CPU_WHY,
+                            undecided_because=why,
                             thresholds=uses(tol, "speed_fraction_of_paper")))
     return checks
 

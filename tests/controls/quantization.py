@@ -1,12 +1,20 @@
 """quantization (Dettmers et al. 2022, Frantar et al. 2023): paper-false = LLM.int8() perplexity 50% above fp32's and
 GPTQ worse than round-to-nearest at every bits and groups; the fp32 model's learned gate kept. Ties = LLM.int8()
-exactly on the equivalence tolerance, and GPTQ exactly equal to RTN at every calibration seed."""
+exactly on the equivalence tolerance, and GPTQ exactly equal to RTN at every calibration seed. Both present the
+activations with outlier features of the paper's size (``_with_outlier_features``): without them LLM.int8()'s
+headline is not applicable (vector-wise int8 keeps perplexity too) and its half of the control would decide nothing."""
 from controls import edit, values
 
 from repro import registry
 
 
+def _with_outlier_features(rows):
+    """Three feature dimensions meeting LLM.int8() Section 4.1's criteria on every model (the count the judge reads)."""
+    return edit(rows, "systematic_outlier_dims", lambda r: 3.0)
+
+
 def paper_false(rows):
+    rows = _with_outlier_features(rows)
     fp32 = values(rows, "valid_ppl", sweep_method="fp32")[0]
     rows = edit(rows, "valid_ppl", lambda r: fp32 * 1.5, sweep_method="llm_int8")
     for bits in ("w3", "w3_g64", "w4", "w4_g64"):
@@ -18,7 +26,7 @@ def paper_false(rows):
 
 def ties(rows):
     tol = registry.published("quantization", "int8_ppl_equivalence_tol")["value"] / 100
-    out = rows
+    out = _with_outlier_features(rows)
     for model in {r.get("sweep.model") for r in rows if r.get("metric") == "valid_ppl"}:
         fp32 = values(rows, "valid_ppl", sweep_method="fp32", sweep_model=model)[0]
         out = edit(out, "valid_ppl", lambda r, fp32=fp32: fp32 * (1 + tol), sweep_method="llm_int8",

@@ -4,8 +4,9 @@ Every control first raises every run's greedy BLEU above the copy baseline (``_t
 whatever the reference measured and the judge decides. ``paper_false`` then removes Xiong et al.'s effect: Post-LN
 without warm-up ends exactly where Post-LN with warm-up ends (plus a little noise), seed by seed (its extra seeds at
 the warm-up runs' mean). ``ties`` puts each headline gap, and the BLEU gate, exactly on its threshold (NLLs chosen
-dyadic so the paired differences, and the differences of the means, are exact in floating point). The main configuration (depth, highest lr, longest warm-up) is read from the rows, so
-the controls follow whichever grid the reference measured.
+dyadic so the paired differences, and the differences of the means, are exact in floating point). The main
+configuration (depth, highest lr, longest warm-up) is read from the rows, so the controls follow whichever grid the
+reference measured. ``null_reaches`` says where the contract's null must get: past the gates, to the headline.
 """
 from __future__ import annotations
 
@@ -133,3 +134,14 @@ def _with_scalenorm(rows: list[dict], above: float) -> list[dict]:
             value = ctrl[_seed(r)] + above if r["metric"] == "final_valid_nll" else r["value"]
             extra.append({**r, **flat, "sweep": sw, "value": value})
     return rows + extra
+
+
+def null_reaches(v: dict) -> list[str]:
+    """What the null (tests/test_judge_contract.py: every run's metrics tied, ``diverged`` kept a flag at its
+    median, here 0: no difference between configurations, not every run diverged) must reach to be able to fail the
+    judge: every gate passed (the warm-up controls learned) and the headline "Post-LN needs warm-up" decided (a tied
+    gap of 0 nats fails it). Returns what it did not reach (empty: reached)."""
+    missed = [f"gate {g['name']!r} failed: {g['measured']}" for g in v["gates"] if not g["passed"]]
+    heads = [c for c in v["checks"] if c["headline"] and c["name"].startswith("Post-LN needs warm-up")]
+    missed += [f"{c['name']!r} undecided: {c['undecided_because']}" for c in heads if c["passed"] is None]
+    return missed if heads else missed + ["no headline 'Post-LN needs warm-up'"]
