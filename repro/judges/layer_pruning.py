@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 
 from repro import registry
-from repro.verdicts import (POWER, Rows, both, check, clopper_pearson, decide_interval, decide_point, gate,
+from repro.verdicts import (POWER, Rows, both, check, decide_interval, decide_point, gate,
                             gated, numbers, setup_table, uses, verdict_from_checks)
 from repro.vocabulary.layer_pruning import CLAIM
 
