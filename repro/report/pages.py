@@ -531,13 +531,20 @@ def why_text(verdict: dict, limit: int = WHY) -> str:
         text = " ".join(str(text or "").split())
         return re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
 
+    def clip(text: str) -> str:  # at most ``limit`` characters as the table shows them (pipes escaped)
+        n = limit
+        while len(md_cell(headline.clip(text, n))) > limit:
+            n -= 1
+        return headline.clip(text, n)
+
     c = headline.headline_check(verdict)
     status = str(verdict.get("verdict"))
     if c is not None and status == "inconclusive" and c.get("passed") is None and c.get("undecided_because"):
-        return headline.clip("undecided: " + first(c["undecided_because"]), limit)
+        why = first(c["undecided_because"])
+        return clip(why if why.startswith("not applicable") else "undecided: " + why)
     if c is not None and status == "not_reproduced" and c.get("passed") is False:
-        return headline.clip("fails: " + first(c.get("measured")), limit)
-    return headline.clip(first(verdict.get("reason")), limit)
+        return clip("fails: " + first(c.get("measured")))
+    return clip(first(verdict.get("reason")))
 
 
 def _name(claim: str) -> str:
