@@ -29,12 +29,17 @@ def scale_key(scale: str) -> tuple[int, str]:
 
 
 def headline_check(verdict: dict) -> dict | None:
-    """The headline check that decided ``verdict``: the first failing one, else the first undecided, else the first;
-    among those, one with numbers first. None when the verdict has no headline check."""
+    """The headline check that decided ``verdict``: the first failing one, else the first undecided (one the run
+    could have decided before one that does not apply to it, e.g. LLM.int8() where the activations hold no outlier
+    feature), else the first; among those, one with numbers first. None when the verdict has no headline check."""
     heads = [c for c in verdict.get("checks") or [] if c.get("headline")]
     if not heads:
         return None
-    return min(heads, key=lambda c: (VERDICT_ORDER.get(c.get("passed"), 1), "numbers" not in c))
+    return min(heads, key=lambda c: (VERDICT_ORDER.get(c.get("passed"), 1), _not_applicable(c), "numbers" not in c))
+
+
+def _not_applicable(c: dict) -> bool:
+    return c.get("passed") is None and str(c.get("undecided_because") or "").startswith("not applicable")
 
 
 def fmt_number(v: float | None) -> str:
