@@ -252,13 +252,19 @@ def _artefact_code(artefact: str, root: Path = ROOT) -> dict:
 def software(libraries: tuple[str, ...] | list[str] = tuple(COMPUTE)) -> dict:
     """The software a measurement depends on beyond the checkout: the python version (major.minor) and the versions
     of ``libraries`` (import names of :data:`COMPUTE`; read from package metadata: no import)."""
-    out = {"python": ".".join(platform.python_version_tuple()[:2])}
+    return dict(_versions(tuple(libraries)))
+
+
+@lru_cache(maxsize=None)
+def _versions(libraries: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """Read once per process: the matrix asks for every cell's software, and the environment does not change."""
+    out = [("python", ".".join(platform.python_version_tuple()[:2]))]
     for name in libraries:
         try:
-            out[name] = metadata.version(COMPUTE.get(name, name))
+            out.append((name, metadata.version(COMPUTE.get(name, name))))
         except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+            out.append((name, None))
+    return tuple(out)
 
 
 def judge_key(judge_code: str | None, thresholds: dict | None) -> str | None:
@@ -352,7 +358,11 @@ def stale_reasons(recorded: dict | None, claim: str, config_now: str | None = No
 def stale_because(recorded: dict | None, claim: str, config_now: str | None = None,
                   software_now: dict | None = None) -> str | None:
     """:func:`stale_reasons` as one sentence (None: fresh)."""
-    reasons = stale_reasons(recorded, claim, config_now, software_now)
+    return stale_text(stale_reasons(recorded, claim, config_now, software_now))
+
+
+def stale_text(reasons: dict[str, str]) -> str | None:
+    """The reasons of :func:`stale_reasons` as one sentence in :data:`STALE_KINDS` order (None: fresh)."""
     return "; ".join(reasons[k] for k in STALE_KINDS if k in reasons) or None
 
 

@@ -40,7 +40,7 @@ def unkeyed_files(records: Path, results: Path) -> list[str]:
         if claim and ("--measure-only" in argv or "--part" in argv):
             keys = json.loads((results / claim / "measured.json").read_text())["keys"]
             covered = set(provenance.current_code(claim, keys.get("needs"))["code_files"]) | judge_side
-        elif claim and "--rejudge" in argv or module == "repro.judging":
+        elif (claim and "--rejudge" in argv) or module == "repro.judging":
             claim = claim or argv[argv.index("--claim") + 1]
             covered = set(provenance.current_code(claim)["judge_files"]) | set(provenance.NOT_CODE)
         elif module in artefact_of:

@@ -102,7 +102,7 @@ def origin_of(verdict: dict, kind: str, claim: str, fingerprint: dict | None = N
                   measured_at=measured.get("started") or verdict.get("timestamp"),
                   judged_commit=judged.get("commit") or rejudged.get("commit"),
                   judged_at=judged.get("timestamp") or rejudged.get("timestamp"),
-                  stale="; ".join(reasons[k] for k in provenance.STALE_KINDS if k in reasons) or None, keys=keys,
+                  stale=provenance.stale_text(reasons), keys=keys,
                   stale_kinds=tuple(k for k in provenance.STALE_KINDS if k in reasons))
 
 

@@ -79,11 +79,6 @@ def _require_clean(*pathspec: str, then: str) -> None:
                            f"{dirty.splitlines()[0].strip()}); commit first{then}")
 
 
-def default_config_key(claim: str, scale: str) -> str | None:
-    """The config key of the scale's own parameters (no overrides), as the workflow computes it."""
-    return checkout_config_key(claim, scale)
-
-
 def _other_thresholds(used, defaults: dict) -> str:
     """The thresholds a verdict was judged with (verdict.json's ``thresholds``) that differ from the checkout's
     defaults, as text ("" when none differ; a verdict that does not record them is left to its judge key)."""
@@ -130,7 +125,7 @@ def check_run(folder: Path, scale: str, head: str, only: list[str] | None = None
         stale = provenance.stale_reasons(keys, claim, software_now=keys.get("software") or {}).get("code")
         if stale:
             problems.append(f"{claim}: {stale}")
-        elif keys.get("config") != default_config_key(claim, scale):
+        elif keys.get("config") != checkout_config_key(claim, scale):
             problems.append(f"{claim}: measured with other parameters than config/claims/{claim}.yaml [{scale}] "
                             f"(overrides?)")
     if len(commits) > 1:  # one run, one commit: a measurement kept from another commit is another run
