@@ -177,3 +177,15 @@ def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
         _cli.main("activation_checkpointing", _never, ["--scale", "tiny", "--out", str(readme)])
     assert f"argument --out: '{readme}' is a file, not a folder" in capsys.readouterr().err
     assert readme.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("module", ["repro.train.train", "repro.train.prepare"])
+def test_the_model_commands_refuse_an_out_that_is_a_file(tmp_path, capsys, module):
+    import importlib  # the two commands import torch-side code: loaded only for this test
+    readme = tmp_path / "README.md"
+    readme.write_text("keep me\n")
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(module).main(["--scale", "tiny", "--out", str(readme)])
+    assert exit_.value.code == 2
+    assert f"argument --out: '{readme}' is a file, not a folder" in capsys.readouterr().err
+    assert readme.read_text() == "keep me\n"

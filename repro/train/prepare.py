@@ -17,7 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
-from repro.cli import add_params_arguments, load_params, setup_logging
+from repro.cli import add_params_arguments, load_params, out_folder, setup_logging
 from repro.data.tokenizer import train_sentencepiece
 from repro.errors import ConfigError
 from repro.layout import TOKENIZER_NAME
@@ -64,7 +64,7 @@ def prepare(params: dict, out: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m repro.train.prepare", description=__doc__.split("\n")[0])
     add_params_arguments(ap, "translation", scale_default="default")
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=out_folder, help="tokenizer folder (a folder, or a path not there yet)")
     a = ap.parse_args(argv)
     setup_logging()
     params = load_params(ap, "translation", a.scale, a.params)

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from repro.cli import add_params_arguments, load_params, setup_logging
+from repro.cli import add_params_arguments, load_params, out_folder, setup_logging
 from repro.train.fairseq_import import import_to_checkpoint
 from repro.train.loop import CheckpointError
 from repro.train.pipeline import train_from_params
@@ -23,8 +23,8 @@ def main(argv=None) -> int:
     add_params_arguments(ap, "translation", scale_default="default",
                          params_help="JSON parameters (the translation section at one scale)")
     ap.add_argument("--tokenizer", help="sentencepiece .model, fairseq dict.<tgt>.txt or tokenizer.json (prepare)")
-    ap.add_argument("--out", required=True, type=Path, help="model folder")
-    ap.add_argument("--work", type=Path, default=None, help="folder for the resumable state (default: --out)")
+    ap.add_argument("--out", required=True, type=out_folder, help="model folder (a folder, or a path not there yet)")
+    ap.add_argument("--work", type=out_folder, default=None, help="folder for the resumable state (default: --out)")
     ap.add_argument("--lm", action="store_true", help="train the decoder-only LM on the target side")
     ap.add_argument("--no-resume", action="store_true", help="start from scratch even if a checkpoint exists")
     ap.add_argument("--stop-after-steps", type=int, default=None, help="stop this call after N updates (resumable)")
