@@ -220,17 +220,18 @@ def test_paper_true_rows_reproduce():
     v = _judge(_rows(_paper_true))
     assert v["verdict"] == "reproduced", v["reason"]
     head = [c for c in v["checks"] if c["headline"]][0]
-    # the deciding level's accuracy drop with its interval; the lossless run ends at 58 of 144 heads (40.3%)
+    # in the paper's unit: the percent of heads prunable without loss, where the lossless run of levels ends (58 of
+    # 144 heads, 40.3%), up to the level before the first lossy one, beside Michel's 40%
     nums = head["numbers"]
-    assert head["passed"] and nums["value"] == pytest.approx(-0.1) and nums["lo"] < nums["value"] < nums["hi"]
-    assert "(lossless to 40%)" in nums["unit"]
+    assert head["passed"] and nums["value"] == pytest.approx(100 * 58 / 144) == nums["lo"] == nums["hi"]
+    assert nums["paper"] == 40 and nums["compare"] == "difference" and nums["unit"].startswith("% of heads prunable")
 
 
 def test_the_measured_prunable_fraction_may_pass_the_papers():
     """Decided on the levels up to 40%; the headline says where the lossless run of levels ends (60% here)."""
     v = _judge(_rows(lambda f: (0.1, -0.4, 0.5) if f < 0.65 else (-30.0, -31.0, -29.0)))
     head = [c for c in v["checks"] if c["headline"]][0]
-    assert v["verdict"] == "reproduced" and "(lossless to 60%)" in head["numbers"]["unit"]  # 86 of 144 heads
+    assert v["verdict"] == "reproduced" and round(head["numbers"]["value"]) == 60  # 86 of 144 heads
 
 
 def test_null_rows_are_inconclusive():

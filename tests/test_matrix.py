@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -19,7 +20,8 @@ import pytest
 
 from repro.io import metric, write_results
 from repro.verdicts import verdict
-from repro.report import matrix, pages
+from repro.judging import judge_stored
+from repro.report import headline, matrix, pages
 from test_workflow import planned_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,8 +181,6 @@ def test_page_renders_the_verdict_contract(tmp_path):
     pages.claim_page(claim, res, page, page.with_suffix(""))
     head = page.read_text().splitlines()[:15]
     table = [line for line in head if line.startswith("|")]
-    from repro.report import headline
-
     assert [c.strip() for c in table[0].strip("|").split("|")][:5] == list(headline.COLUMNS)  # the matrix's order
     assert "2.9 [2.7, 3.1] per-layer exponent" in table[2] and "| 3 " in table[2] and "inconclusive" in table[2]
     assert "~-0.1 " in table[2]  # the paper's 3 lies inside [2.7, 3.1]: within the noise, no direction word
@@ -262,3 +262,50 @@ def test_the_default_scale_comes_first_and_the_smoke_test_last(tmp_path):
     found = [html.index(f"<h3>Scale {s}</h3>") for s in ("default", "paper", "tiny")]
     assert found == sorted(found), found
     assert [r["scale"] for r in matrix.matrix_records(root)][:1] == ["default"]
+
+
+def test_matrix_csv_names_the_headline_its_comparison_and_its_interval(tmp_path):
+    """matrix.csv carries what the headline row shows: the title the pages name the headline by
+    (repro/registry/headlines.yaml), the comparison with the paper's number with its mark ('~' inside the interval,
+    else the direction word), where the paper states it, and the method of the interval that decided it."""
+    root = tmp_path / "results"
+    _write(root, "cpu-a", "reproduced", True, _fp("cpu-a"))
+    res = root / "cpu-a" / "default" / "rank_collapse"
+    v = json.loads((res / "verdict.json").read_text())
+    v["checks"][0].update(interval="95% t-interval over 5 seeds", numbers={
+        "value": 2.9, "unit": "per-layer exponent", "lo": 2.85, "hi": 2.95, "paper": 3.0, "paper_text": None,
+        "compare": "difference", "criterion": "suite", "rule": "3 +- 0.5", "source": "dong_rate_exponent_base"})
+    (res / "verdict.json").write_text(json.dumps(v))
+    rec = matrix.matrix_records(root)[0]
+    assert rec["title"] == "Pure attention loses rank doubly exponentially"
+    assert rec["vs_paper"] == "-0.1 lower" and rec["interval_method"] == "95% t-interval over 5 seeds"
+    assert rec["paper_where"].startswith("Dong et al. 2021") and rec["paper_derived"] is None
+    v["checks"][0]["numbers"].update(lo=2.8, hi=3.2)  # the paper's 3 inside the interval: within the noise
+    (res / "verdict.json").write_text(json.dumps(v))
+    frame = pd.read_csv(io.StringIO(matrix.matrix_csv(root)))
+    assert frame.loc[0, "vs_paper"] == "~-0.1" and frame.loc[0, "interval_method"] == "95% t-interval over 5 seeds"
+
+
+def test_headlines_yaml_names_the_check_in_the_papers_unit_among_equals():
+    """repro/registry/headlines.yaml names, for a claim with several headline checks, the one in the paper's unit
+    (prepost_gradients: the Pre/Post depth exponent beside Theorem 1's -0.5): the pages show it among the headline
+    checks that stand as the verdict does, and a failing headline still shows before it (it decided the verdict).
+    Every title fits the tables (60 characters) and every named check is a headline of its claim's judge."""
+    slope = {"name": "Fig 3(a,b) layernorm decoder ffn.fc2: Post grows with layer, Pre flat", "passed": True,
+             "headline": True, "numbers": {"value": 0.23}}
+    expo = {"name": "Fig 3(c,d) full model: depth exponent of the Pre/Post ratio", "passed": True, "headline": True,
+            "numbers": {"value": -0.47}}
+    v = {"claim": "prepost_gradients", "checks": [slope, expo]}
+    assert headline.headline_check(v) is expo
+    assert headline.headline_check({**v, "checks": [{**slope, "passed": False}, expo]})["name"] == slope["name"]
+    assert headline.headline_check({**v, "checks": [{**slope, "passed": None}, {**expo, "passed": None}]}) \
+        ["name"] == expo["name"]
+    assert headline.headline_check({**v, "claim": "rank_collapse"}) is slope  # no name given: the first
+    entries = {c: headline.headline_entry(c) for c in headline._headlines()}
+    assert all(0 < len(e["title"]) <= 60 for e in entries.values()), entries
+    named = {c: e["check"] for c, e in entries.items() if e.get("check")}
+    assert {"prepost_gradients", "activation_checkpointing"} <= set(named)
+    for claim, start in named.items():
+        verdicts = sorted(ROOT.glob(f"references/results/cpu-intel-xeon-2c/default/{claim}/verdict.json"))
+        judged, _, _ = judge_stored(claim, verdicts[0].parent, "default")
+        assert any(c["headline"] and c["name"].startswith(start) for c in judged["checks"]), (claim, start)

@@ -78,7 +78,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
        including it is lossless, fails when one of them is lossy, undecided otherwise (a level's drop interval
        straddles or touches the tolerance: a tie decides nothing; or the curve stops below 20%). Michel's
        l2-per-layer normalised order is the HEADLINE (his protocol, at any heads per layer); the unnormalised order
-       is a secondary check;
+       is a secondary check. Its numbers are in the paper's unit, the percent of heads prunable without loss (where
+       the lossless run of levels ends, up to the level before the first lossy one) beside Michel's 20%;
     5. some L0 run at Voita's head budget (at most 10 of 48 = (48 - 38) / 48 of its gated heads kept: a selection,
        the run is the paper's experiment) loses less than ``tol`` BLEU (equivalence, as above) against both the
        unpruned model and the unpenalised (lambda 0) fine-tune: holds then; fails when every such run is lossy
@@ -428,33 +429,23 @@ def _prunable_check(R: Rows, name: str, curve: list[dict], eq: _Equivalence, siz
                  headline=headline,
                  interval=f"({eq.level}) interval of each level's BLEU drop, from its paired-bootstrap p-value "
                           "(normal approximation)", undecided_because=why,
-                 numbers=_level_numbers(levels, deciding, passed, eq.tol, float(m_prunable), 100 * ok), power=pw)
+                 numbers=_level_numbers(levels, eq.tol, float(m_prunable), 100 * ok), power=pw)
 
 
-def _level_numbers(levels: list[tuple], deciding: list[tuple], passed: bool | None, tol: float,
-                   paper: float, lossless_pct: float, quantity: str = "BLEU",
+def _level_numbers(levels: list[tuple], tol: float, paper: float, lossless_pct: float, quantity: str = "BLEU",
                    source: str = "michel_prunable_wmt") -> dict:
-    """The headline's numbers: the drop of the level that decided (the first lossy one when it fails, the one
-    nearest the tolerance when it holds, the first undecided one otherwise) with its interval, against Michel's
-    'no noticeable loss' up to ``paper`` % of the heads pruned; the equivalence margin is the suite's. The unit
-    names the level and where the run of lossless levels ends (``lossless_pct``, which may pass the paper's)."""
-    levels_by = deciding or levels
-    if passed is True:
-        at = max(levels_by, key=lambda lv: lv[3][1])
-    else:
-        want = False if passed is False else None
-        at = next((lv for lv in levels_by if lv[2] is want), None) or next(
-            (lv for lv in levels_by if lv[2] is not True), levels_by[-1] if levels_by else None)
-    rule = f"drop < {tol:g} {quantity} at every level up to {paper:g}%"
-    if at is None:
-        return numbers(None, f"{quantity} drop", paper_text=f"no noticeable loss up to {paper:g}% of the heads",
-                       criterion="suite", rule=rule, source=source)
-    fr, delta, _, iv = at
-    return numbers(-delta if _finite(delta) else None, f"{quantity} drop, {100 * fr:.0f}% pruned (lossless to "
-                   f"{lossless_pct:.0f}%)",
-                   lo=iv[0] if iv else None, hi=iv[1] if iv else None,
-                   paper_text=f"no noticeable loss up to {paper:g}% of the heads", criterion="suite", rule=rule,
-                   source=source)
+    """The headline's numbers in the paper's unit (Michel Fig. 3: the percent of the heads prunable without
+    noticeable loss): ``lossless_pct``, where the run of lossless levels ends, with the range the levels' tests
+    leave for it, up to the level before the first lossy one (100% when no level is lossy: the curve says nothing
+    past its end), against the paper's percent. The range decides as the check does: it holds when its lower end
+    reaches the grid's level at the paper's percent, fails when its upper end stays below it. "No noticeable loss"
+    is the suite's equivalence margin, a drop below ``tol``."""
+    lossy = next((i for i, lv in enumerate(levels) if lv[2] is False), None)
+    hi = 100.0 if lossy is None else (100 * levels[lossy - 1][0] if lossy > 0 else 0.0)
+    return numbers(lossless_pct if levels else None, f"% of heads prunable (drop < {tol:g} {quantity})",
+                   lo=lossless_pct if levels else None, hi=max(hi, lossless_pct) if levels else None, paper=paper,
+                   paper_text="without noticeable loss", compare="difference", criterion="suite",
+                   rule=f"every level up to {paper:g}% with a drop < {tol:g} {quantity}", source=source)
 
 
 # ------------------------------------------------------------------------------------------------ rule 5
@@ -651,9 +642,7 @@ def _mnli_prunable_checks(R: Rows, tol: float, n_pairs: int) -> list[dict]:
                          numbers=_level_numbers(
                              [(float(r["sweep"]["fraction"]), float(r["sweep"].get("delta", r["value"])),
                                *_drop_state(r, tol)) for r in curve if r["sweep"]["pruned"] != 0],
-                             [(float(r["sweep"]["fraction"]), float(r["sweep"].get("delta", r["value"])),
-                               *_drop_state(r, tol)) for r in deciding if r["sweep"]["pruned"] != 0],
-                             passed, tol, paper, ok, "accuracy points", "michel_prunable_bert"), power=pw))
+                             tol, paper, ok, "accuracy points", "michel_prunable_bert"), power=pw))
     return out
 
 

@@ -2,7 +2,10 @@
 
 The data live in ``published.yaml`` beside this module: one entry per claim C1..C11 of CLAIMS.md
 (param_accounting ... block_numerics), each with the papers it draws on and one record per
-published value (value, unit, source, table/figure, setup, hardware, exact, verification tag).
+published value (value, unit, source, table/figure, setup, hardware, exact, verification tag). A value the
+papers do not print but the suite computes from printed ones carries ``derived``: its formula, a Python expression
+over numbers and the claim's other keys, which :func:`validate` evaluates and checks against the value, and which
+the pages print beside it (:func:`derived_text`).
 Judges read their thresholds and the paper's numbers from it, metric rows name the entry they are compared with
 (``repro.io.metric(..., published_key=...)``), and reports show it beside the measurements; no claim module, plot or
 page types a published number, and no measured number is stored here. Judge-side: a change here re-judges the
@@ -20,6 +23,8 @@ Public API (pure Python + PyYAML; pandas is imported only by :func:`values_frame
   row's ``published_key`` (and ``published_index``) names, read from the registry now: a measured row stores only
   the key, so a corrected paper number reaches every verdict, page and plot without measuring again
 - :func:`validate` -> check a registry dict; raises :class:`RegistryError` naming claim and key
+- :func:`derived_text` -> a derived value's formula with the printed numbers in place of the keys
+- :func:`location_problem` -> why a record does not say where its paper prints it ('' when it does)
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ __all__ = [
     "values_frame",
     "with_published",
     "PUBLISHED_COLUMNS",
+    "derived_text",
+    "location_problem",
 ]
 
 REGISTRY_PATH = Path(__file__).with_name("published.yaml")
@@ -186,6 +193,93 @@ def validate(data: Any) -> None:
                     raise RegistryError(f"{where}: {field!r} must be a string")
             if v["value"] is None and not v.get("note"):
                 raise RegistryError(f"{where}: a null (qualitative) value needs a 'note' stating it")
+        for v in values:
+            if "derived" in v:
+                _check_derived(f"claim {cid!r}, key {v['key']!r}", v, values)
+
+
+# ------------------------------------------------------------------------------------------------
+# derived values and where the papers print their numbers
+
+# what a derived formula may call besides the claim's keys (the registry file is the repository's own text)
+_FORMULA_NAMES = {"mean": lambda xs: sum(xs) / len(xs), "sum": sum, "len": len, "min": min, "max": max,
+                  "sqrt": math.sqrt, "exp": math.exp, "erf": math.erf, "tanh": math.tanh}
+
+
+def _evaluate(formula: str, values: list[dict]) -> Any:
+    names = {v["key"]: v["value"] for v in values if v.get("key")}
+    return eval(compile(formula, "<derived>", "eval"), {"__builtins__": {}, **_FORMULA_NAMES, **names})  # noqa: S307
+
+
+def _decimals(x: float) -> int:
+    text = repr(float(x))
+    return 0 if float(x).is_integer() else len(text.split(".")[1]) if "e" not in text else 16
+
+
+def _agrees(computed: Any, value: Any) -> bool:
+    """``computed`` rounds to ``value`` at the decimals ``value`` is written with (element by element for lists)."""
+    if isinstance(value, list):
+        return isinstance(computed, (list, tuple)) and len(computed) == len(value) and all(
+            _agrees(c, v) for c, v in zip(computed, value))
+    return _is_number(computed) and _is_number(value) and round(float(computed), _decimals(value)) == float(value)
+
+
+def _check_derived(where: str, v: dict, values: list[dict]) -> None:
+    """A ``derived`` formula is a non-empty string whose value, from the claim's keys and numbers, rounds to the
+    record's value, and the record is tagged ``computed``."""
+    formula = v["derived"]
+    if not isinstance(formula, str) or not formula.strip():
+        raise RegistryError(f"{where}: 'derived' must be the formula as a non-empty string")
+    if v["verified"] != "computed":
+        raise RegistryError(f"{where}: a derived value is tagged 'computed', not {v['verified']!r}")
+    try:
+        got = _evaluate(formula, values)
+    except Exception as exc:  # noqa: BLE001 - any failure of the formula is the registry's error, said with the key
+        raise RegistryError(f"{where}: derived formula {formula!r} does not evaluate: {exc}") from None
+    if not _agrees(got, v["value"]):
+        raise RegistryError(f"{where}: derived formula {formula!r} gives {got!r}, not the value {v['value']!r}")
+
+
+def _shown(value: Any) -> str:
+    """A key's value as the formula text shows it: '21..29' for a run of consecutive integers, else its numbers."""
+    if isinstance(value, list):
+        ints = all(isinstance(x, int) for x in value)
+        if ints and len(value) > 2 and value == list(range(value[0], value[0] + len(value))):
+            return f"{value[0]}..{value[-1]}"
+        return "[" + ", ".join(f"{x:g}" if _is_number(x) else str(x) for x in value) + "]"
+    return f"{value:g}" if _is_number(value) and not float(value).is_integer() else str(value)
+
+
+def derived_text(claim_id: str, key: str) -> str:
+    """The formula of a derived value with the values of the keys it names in their place ('mean(21..29) / (32 -
+    1)'); '' for a value the paper prints."""
+    values = claim(claim_id)["values"]
+    record = next((v for v in values if v["key"] == key), None)
+    if not record or not record.get("derived"):
+        return ""
+    known = {v["key"]: v["value"] for v in values}
+    return re.sub(r"[a-z][a-z0-9_]*", lambda m: _shown(known[m.group(0)]) if m.group(0) in known else m.group(0),
+                  record["derived"])
+
+
+# the words that name a place in a paper (or, for a paper whose numbers its authors released beside it, the README
+# of that release): a published number is quoted with one of them
+LOCATION_WORDS = ("table", "fig", "section", "sec.", "appendix", "eq", "theorem", "lemma", "abstract", "algorithm",
+                  "readme")
+
+
+def location_problem(record: dict) -> str:
+    """Why a value record does not say where its number comes from: a derived value without its formula, or a
+    printed value whose ``where`` names no table, figure, section (or another place of :data:`LOCATION_WORDS`);
+    '' when it says. A derived value names the places of its inputs, which are records of their own."""
+    if record.get("derived"):
+        return ""
+    if record.get("verified") == "computed" or "derived" in str(record.get("where", "")).lower():
+        return "a derived value without its formula ('derived')"
+    where = str(record.get("where") or "").lower()
+    if not any(re.search(rf"\b{re.escape(w)}", where) for w in LOCATION_WORDS):
+        return f"'where' ({record.get('where')!r}) names no table, figure or section"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,11 +31,14 @@ def scale_key(scale: str) -> tuple[int, str]:
 def headline_check(verdict: dict) -> dict | None:
     """The headline check that decided ``verdict``: the first failing one, else the first undecided (one the run
     could have decided before one that does not apply to it, e.g. LLM.int8() where the activations hold no outlier
-    feature), else the first; among those, one with numbers first. None when the verdict has no headline check."""
+    feature), else the first; among those, the one repro/registry/headlines.yaml names for the claim (the check in
+    the paper's unit), then one with numbers. None when the verdict has no headline check."""
     heads = [c for c in verdict.get("checks") or [] if c.get("headline")]
     if not heads:
         return None
-    return min(heads, key=lambda c: (VERDICT_ORDER.get(c.get("passed"), 1), _not_applicable(c), "numbers" not in c))
+    named = headline_entry(verdict.get("claim")).get("check")
+    return min(heads, key=lambda c: (VERDICT_ORDER.get(c.get("passed"), 1), _not_applicable(c),
+                                     not (named and str(c.get("name", "")).startswith(named)), "numbers" not in c))
 
 
 def _not_applicable(c: dict) -> bool:
@@ -183,32 +186,61 @@ def _headlines() -> dict:
     return yamlload.load(HEADLINES.read_text()) or {} if HEADLINES.is_file() else {}
 
 
+def headline_entry(claim: str | None) -> dict:
+    """A claim's entry of repro/registry/headlines.yaml as {"title": ..., "check": ...} (a bare sentence is the
+    title alone; {} for a claim it does not list)."""
+    entry = _headlines().get(claim)
+    if entry is None:
+        return {}
+    return dict(entry) if isinstance(entry, dict) else {"title": str(entry)}
+
+
 def headline_name(claim: str | None, check: dict) -> str:
     """The headline's name as a reader knows it from the paper (repro/registry/headlines.yaml), else the check's."""
-    return str(_headlines().get(claim) or check.get("name", "?"))
+    return str(headline_entry(claim).get("title") or check.get("name", "?"))
 
 
 def where_text(claim: str | None, key: str | None) -> str:
     """Where the paper states the number of registry key ``key``: 'Michel et al. 2019, Fig. 3' ('' when unknown)."""
-    if not key:
+    owner = _registry_claim(claim, key)
+    if owner is None:
         return ""
     data = registry.load()
+    v = next(v for v in data["claims"][owner]["values"] if v.get("key") == key)
+    src = data["sources"].get(v.get("source"), {})
+    year = registry._YEAR_RE.search(str(src.get("venue", "")))
+    who = registry._short_authors(str(src.get("authors", ""))) + (f" {year.group(0)}" if year else "")
+    where = re.split(r" \(|;", str(v.get("where") or ""), maxsplit=1)[0].strip()
+    return ", ".join(x for x in (who.strip(), where) if x)
+
+
+def _registry_claim(claim: str | None, key: str | None) -> str | None:
+    """The claim whose registry entries hold ``key`` (``claim``'s own first), None when none does."""
+    if not key:
+        return None
+    data = registry.load()
     ids = ([claim] if claim in data["claims"] else []) + [c for c in data["claims"] if c != claim]
-    for cid in ids:
-        for v in data["claims"][cid].get("values") or []:
-            if v.get("key") == key:
-                src = data["sources"].get(v.get("source"), {})
-                year = registry._YEAR_RE.search(str(src.get("venue", "")))
-                who = registry._short_authors(str(src.get("authors", ""))) + (f" {year.group(0)}" if year else "")
-                where = re.split(r" \(|;", str(v.get("where") or ""), maxsplit=1)[0].strip()
-                return ", ".join(x for x in (who.strip(), where) if x)
-    return ""
+    return next((cid for cid in ids if any(v.get("key") == key for v in data["claims"][cid].get("values") or [])),
+                None)
+
+
+def derived_formula(claim: str | None, key: str | None) -> str:
+    """The formula of the registry value ``key`` when the suite derives it from printed numbers ('mean(21..29) /
+    (32 - 1)'), '' when the paper prints it."""
+    owner = _registry_claim(claim, key)
+    return registry.derived_text(owner, key) if owner else ""
 
 
 def paper_cell(nums: dict, claim: str | None = None) -> str:
     """The headline's paper cell: the paper's number (or its words when it states no number in this unit) and
-    where it states it, from the registry ('20 (Michel et al. 2019, Section 4)')."""
+    where it states it, from the registry ('20 (Michel et al. 2019, Section 4)'); a number the suite derives from
+    printed ones is labelled so, with its formula ('derived 0.8065 = mean(21..29) / (32 - 1) (Men et al. 2025,
+    official README and Sec. 4)')."""
     text = paper_text(nums)
+    formula = derived_formula(claim, nums.get("source")) if nums.get("paper") is not None else ""
+    if formula:
+        head, _, rest = text.partition(", ")
+        text = f"derived {head} = {formula}" + (f"; {rest}" if rest else "")
     where = where_text(claim, nums.get("source"))
     return f"{text} ({where})" if where and text != "-" else (where if where else text)
 
@@ -248,12 +280,21 @@ def row(verdict: dict, claim: str, verdict_cell: str, limit: int = 60) -> dict:
 
 
 def record(verdict: dict) -> dict:
-    """The headline as plain values for reports/matrix.csv."""
+    """The headline as plain values for reports/matrix.csv: the title the pages name it by, the check, its numbers,
+    the comparison with the paper's number as the pages mark it, where the paper states it (with the formula of a
+    number the suite derives from printed ones) and the method of the interval that decided it."""
     c = headline_check(verdict)
     nums = (c or {}).get("numbers") or {}
-    return {"headline": (c or {}).get("name"), "headline_holds": (c or {}).get("passed"),
+    claim = verdict.get("claim")
+    return {"title": headline_name(claim, c) if c else None, "headline": (c or {}).get("name"),
+            "headline_holds": (c or {}).get("passed"),
             "value": nums.get("value"), "lo": nums.get("lo"), "hi": nums.get("hi"), "unit": nums.get("unit"),
-            "paper": nums.get("paper"), "paper_text": nums.get("paper_text"), "compare": nums.get("compare"),
+            "interval_method": (c or {}).get("interval") if nums.get("lo") is not None else None,
+            "paper": nums.get("paper"), "paper_text": nums.get("paper_text"),
+            "paper_where": where_text(claim, nums.get("source")) or None,
+            "paper_derived": (derived_formula(claim, nums.get("source")) or None) if nums.get("paper") is not None
+            else None,
+            "compare": nums.get("compare"), "vs_paper": compare_parts(nums)[0] if nums else None,
             "criterion": (nums.get("criterion") or "paper") if nums else None, "rule": nums.get("rule")}
 
 
