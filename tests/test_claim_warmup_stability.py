@@ -63,7 +63,7 @@ def test_tiny_plots(tiny_run, tmp_path):
 def test_default_plan_is_c3s_grid_on_confirmation_seeds():
     """The default trains C3's grid at the headline lr (Post-LN and Pre-LN, each with and without warm-up) and
     Post-LN with and without warm-up at the lower lr, on confirmation seeds only (>= 1000; the pilots' 1-5 are
-    spent): Post-LN without warm-up at the headline lr with the extra seeds, the secondaries with secondary_seeds;
+    spent): Post-LN without warm-up at the headline lr with the extra seeds, the lower lr with secondary_seeds;
     no depth sweep (its one decision was the 'Pre-LN beats Post-LN' check's)."""
     p = copy.deepcopy(config.section("warmup_stability", "default"))
     plan = ws.plan_runs(p)
@@ -77,7 +77,7 @@ def test_default_plan_is_c3s_grid_on_confirmation_seeds():
         seeds.setdefault((r["position"], bool(r["warmup"]), r["lr"]), set()).add(r["seed"])
     main, extra, second = set(p["seeds"]), set(p["post_no_warmup_extra_seeds"]), set(p["secondary_seeds"])
     assert seeds == {("post", False, hi): main | extra, ("post", True, hi): main, ("pre", False, hi): main,
-                     ("pre", True, hi): second, ("post", False, lo): second, ("post", True, lo): second}
+                     ("pre", True, hi): main, ("post", False, lo): second, ("post", True, lo): second}
     # the headline's configurations first (a run cut short still has the headline)
     assert all(r["lr"] == hi for r in plan[: len(main | extra) + 2 * len(main)])
 
@@ -502,9 +502,8 @@ def test_parts_train_the_same_runs_and_the_judging_job_keeps_them(tiny_run, tmp_
 
 
 def test_split_runs_balances_the_parts():
-    """Every planned run in exactly one part; the default plan (11 runs at 3+3 layers, 4 at 1+1) in the workflow's
-    default parts: the parts within one 1+1 run of each other (round-robin once put three big runs in one part, which
-    then ran alone at the end)."""
+    """Every planned run in exactly one part; the default plan in the workflow's default parts: the parts within one
+    run of each other (round-robin once put three big runs in one part, which then ran alone at the end)."""
     p = config.section("warmup_stability", "default")
     plan = ws.plan_runs(p)
     n = config.workflow_spec("warmup_stability", "default")["parts"]
@@ -512,7 +511,7 @@ def test_split_runs_balances_the_parts():
     names = [r["name"] for part in parts for r in part]
     assert sorted(names) == sorted(r["name"] for r in plan) and len(names) == len(set(names))
     cost = [sum(r["layers"] + 1 for r in part) for part in parts]
-    assert max(cost) - min(cost) <= 2, cost
+    assert max(cost) - min(cost) <= max(r["layers"] + 1 for r in plan), cost
     assert ws.split_runs(plan, n) == parts  # deterministic: every part job computes the same split
     assert [len(x) for x in ws.split_runs(plan[:3], 5)] == [1, 1, 1, 0, 0]
 

@@ -25,9 +25,8 @@ a run that stays finite but plateaus (Post-LN without warm-up typically plateaus
 recorded with its NLL, and the judge compares it with the other configurations.
 
 Per run (every configuration once per seed of ``seeds``, Post-LN without warm-up at the main depth and the highest
-lr also per seed of ``post_no_warmup_extra_seeds``, the secondary configurations (Pre-LN with warm-up, the lower
-lrs, at the positions of ``secondary_lr_positions``) per seed of ``secondary_seeds``; a seed fixes init, batch
-order and dropout, so configurations with the same seeds are
+lr also per seed of ``post_no_warmup_extra_seeds``, the lower lrs (at the positions of ``secondary_lr_positions``)
+per seed of ``secondary_seeds``; a seed fixes init, batch order and dropout, so configurations with the same seeds are
 compared PAIRED within a seed, the others by Welch's interval of their means): train/validation curves
 (``curves/<run>.csv``), final and best validation NLL,
 training loss, divergence, BLEU of greedy decoding on the first ``eval.test_sentences`` test sentences (full,
@@ -105,19 +104,17 @@ def seeds_for(params: dict, position: str, warmup: int, layers: int, fixnorm: bo
               lr: float | None = None) -> list[int]:
     """The seeds one configuration is trained with (each fixes init, batch order and dropout): ``seeds``, with
     ``post_no_warmup_extra_seeds`` added for Post-LN without warm-up at the main depth and the highest learning
-    rate (the headline's configuration whose outcome varies by seed); ``secondary_seeds`` (when set) for the
-    secondary configurations (Pre-LN with warm-up, every run at a lower learning rate: no headline reads them); and
-    ``depth.seeds`` (when set) for the depth sweep's runs at the other depths (they train alike on every seed)."""
+    rate (the headline's configuration whose outcome varies by seed); ``secondary_seeds`` (when set) for every run
+    at a lower learning rate (a reported-only secondary: no counted check reads them); and ``depth.seeds`` (when
+    set) for the depth sweep's runs at the other depths (they train alike on every seed)."""
     seeds, extra = [int(s) for s in params["seeds"]], [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
     if set(seeds) & set(extra):
         raise ValueError(f"warmup_stability.post_no_warmup_extra_seeds: {sorted(set(seeds) & set(extra))} already in "
                          f"seeds {seeds}")
     if layers != params["model"]["n_encoder_layers"]:
         return [int(s) for s in params["depth"].get("seeds") or seeds]
-    main_lr = lr is None or math.isclose(lr, max(params["lrs"]))
-    secondary = [int(s) for s in params.get("secondary_seeds") or seeds]
-    if not main_lr or (warmup and position != "post" and not fixnorm):
-        return secondary
+    if lr is not None and not math.isclose(lr, max(params["lrs"])):
+        return [int(s) for s in params.get("secondary_seeds") or seeds]
     return seeds + (extra if position == "post" and not warmup and not fixnorm else [])
 
 
