@@ -80,6 +80,7 @@ def test_default_plan_is_c3s_grid_on_confirmation_seeds():
                      ("pre", True, hi): main, ("post", False, lo): second, ("post", True, lo): second}
     # the headline's configurations first (a run cut short still has the headline)
     assert all(r["lr"] == hi for r in plan[: len(main | extra) + 2 * len(main)])
+    assert not [r for r in plan if "depth" in r["groups"]]  # no sweep: no run labelled for the depth figure
 
 
 def test_plan_dedupes_depth_runs():

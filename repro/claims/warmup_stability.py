@@ -162,7 +162,8 @@ def plan_runs(params: dict) -> list[dict]:
         for lr in sn["lrs"]:
             add("nguyen", "scalenorm", "pre", True, main_layers, lr, 0)
     dp = params["depth"]
-    for layers in sorted(set(dp["layers"]) | {main_layers}):  # the main depth's runs are reused from the grid
+    # the main depth's runs are reused from the grid; no extra depth: no sweep (nothing labelled "depth")
+    for layers in sorted(set(dp["layers"]) | {main_layers}) if dp["layers"] else ():
         for position in params["positions"]:
             add("depth", "layernorm", position, False, layers, dp["lr"], 0)
     # most informative first (a run cut short still shows the headline): the LayerNorm grid at the main depth and the
