@@ -119,7 +119,7 @@ def sized(items: list[tuple[bool | None, dict | None]], mode: str = "all") -> tu
 
 def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
           interval: str | None = None, undecided_because: str | None = None, numbers: dict | None = None,
-          thresholds: Mapping | None = None, power: dict | None = None) -> dict:
+          thresholds: Mapping | None = None, power: dict | None = None, counts: bool = True) -> dict:
     """One verdict criterion: what was measured, what the paper says, and whether it holds.
 
     ``headline``: the claim's main statement (see ``verdict_from_checks``). ``interval``: the uncertainty that
@@ -127,7 +127,11 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
     check; ``undecided_because`` says why (the control did not learn, the spread is too wide, a CPU stand-in...).
     ``numbers`` (:func:`numbers`): the check's measured value and the paper's, as numbers, for the headline tables
     of the matrix and the pages. ``thresholds`` (:func:`uses`): the judge's thresholds this check decided with.
-    ``power`` (:func:`power`): the sample size that would decide it, for the page's "What would decide this"."""
+    ``power`` (:func:`power`): the sample size that would decide it, for the page's "What would decide this".
+    ``counts`` False: a secondary the plan states in advance as reported only (e.g. a second learning rate): shown
+    with its decision, never part of the verdict (:func:`verdict_from_checks` skips it); never a headline."""
+    if headline and not counts:
+        raise ValueError(f"check {name!r}: a headline always counts toward the verdict")
     if passed is None and not undecided_because:
         undecided_because = "not decided by this run"
     if headline and passed is not None and interval and numbers is not None and numbers.get("value") is not None \
@@ -143,6 +147,8 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
         out["thresholds"] = dict(thresholds)
     if power is not None:
         out["power"] = dict(power)
+    if not counts:
+        out["counts"] = False
     return out
 
 
@@ -218,13 +224,15 @@ def verdict_from_checks(claim: str, checks: list[dict], scale: str, *, gates: li
       CPU stand-in for a GPU measurement); the reason says why;
     - ``not_applicable``: tiny scale (plumbing only), or nothing this hardware can measure.
     ``gates`` (``gate(...)``) are stated on the page; checks resting on a failed gate are made undecided by the
-    claim (``gated``). ``setup`` rows (aspect / paper / this_run) and ``meaning`` go to the page.
+    claim (``gated``). ``setup`` rows (aspect / paper / this_run) and ``meaning`` go to the page. A check made with
+    ``counts=False`` (a reported-only secondary the plan states in advance) is shown and never decides.
     """
     heads = [c for c in checks if c.get("headline")]
     meaning = meaning or _meaning(heads, scale)
     extra = {**extra, "gates": list(gates or []), "setup": list(setup or []),
              "meaning": meaning}
-    decided = [c for c in checks if c["passed"] is not None]
+    counted = [c for c in checks if c.get("counts", True)]  # reported-only secondaries decide nothing
+    decided = [c for c in counted if c["passed"] is not None]
     failed = [c for c in decided if not c["passed"]]
     failed_heads = [c for c in heads if c["passed"] is False]
     undecided_heads = [c for c in heads if c["passed"] is None]
@@ -236,7 +244,8 @@ def verdict_from_checks(claim: str, checks: list[dict], scale: str, *, gates: li
         return verdict(claim, "not_applicable", "no check can be measured on this hardware/scale"
                        + (": " + checks[0]["undecided_because"] if checks else ""), checks=checks, **extra)
     n_pass = len(decided) - len(failed)
-    counts = f"{n_pass}/{len(decided)} decided checks hold ({len(checks) - len(decided)} undecided)"
+    counts = f"{n_pass}/{len(decided)} decided checks hold ({len(counted) - len(decided)} undecided)" + (
+        f"; {len(checks) - len(counted)} reported only" if len(counted) < len(checks) else "")
     if failed_heads:
         status, shown = "not_reproduced", failed_heads + [c for c in failed if c not in failed_heads]
         lead = f"headline fails; {counts}. "

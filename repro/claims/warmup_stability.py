@@ -24,8 +24,9 @@ Divergence (NaN/inf, or a training loss above ``explode_loss``) is an outcome re
 a run that stays finite but plateaus (Post-LN without warm-up typically plateaus rather than producing NaN) is
 recorded with its NLL, and the judge compares it with the other configurations.
 
-Per run (every configuration once per seed of ``seeds``, Post-LN without warm-up at the main depth also per seed of
-``post_no_warmup_extra_seeds``; a seed fixes init, batch order and dropout, so configurations with the same seeds are
+Per run (every configuration once per seed of ``seeds``, Post-LN without warm-up at the main depth and the highest
+lr also per seed of ``post_no_warmup_extra_seeds``, the lower lrs (at the positions of ``secondary_lr_positions``)
+per seed of ``secondary_seeds``; a seed fixes init, batch order and dropout, so configurations with the same seeds are
 compared PAIRED within a seed, the others by Welch's interval of their means): train/validation curves
 (``curves/<run>.csv``), final and best validation NLL,
 training loss, divergence, BLEU of greedy decoding on the first ``eval.test_sentences`` test sentences (full,
@@ -99,18 +100,34 @@ def _lr_tag(lr: float) -> str:
     return f"{lr:.0e}".replace("e-0", "e-")
 
 
-def seeds_for(params: dict, position: str, warmup: int, layers: int, fixnorm: bool = False) -> list[int]:
+def seeds_for(params: dict, position: str, warmup: int, layers: int, fixnorm: bool = False,
+              lr: float | None = None) -> list[int]:
     """The seeds one configuration is trained with (each fixes init, batch order and dropout): ``seeds``, with
-    ``post_no_warmup_extra_seeds`` added for Post-LN without warm-up at the main depth (its outcome varies by seed),
-    and ``depth.seeds`` (when set) for the depth sweep's runs at the other depths (they train alike on every seed)."""
+    ``post_no_warmup_extra_seeds`` added for Post-LN without warm-up at the main depth and the highest learning
+    rate (the headline's configuration whose outcome varies by seed); ``secondary_seeds`` (when set) for every run
+    at a lower learning rate (a reported-only secondary: no counted check reads them); and ``depth.seeds`` (when
+    set) for the depth sweep's runs at the other depths (they train alike on every seed)."""
     seeds, extra = [int(s) for s in params["seeds"]], [int(s) for s in params.get("post_no_warmup_extra_seeds") or []]
     if set(seeds) & set(extra):
         raise ValueError(f"warmup_stability.post_no_warmup_extra_seeds: {sorted(set(seeds) & set(extra))} already in "
                          f"seeds {seeds}")
-    main = layers == params["model"]["n_encoder_layers"]
-    if not main:
+    if layers != params["model"]["n_encoder_layers"]:
         return [int(s) for s in params["depth"].get("seeds") or seeds]
+    if lr is not None and not math.isclose(lr, max(params["lrs"])):
+        return [int(s) for s in params.get("secondary_seeds") or seeds]
     return seeds + (extra if position == "post" and not warmup and not fixnorm else [])
+
+
+def positions_at(params: dict, lr: float) -> list[str]:
+    """The positions trained at learning rate ``lr``: every one of ``positions`` at the highest, those of
+    ``secondary_lr_positions`` (null: every one) at the lower learning rates (a pre-stated secondary)."""
+    if math.isclose(lr, max(params["lrs"])):
+        return list(params["positions"])
+    chosen = params.get("secondary_lr_positions") or params["positions"]
+    if not set(chosen) <= set(params["positions"]):
+        raise ValueError(f"warmup_stability.secondary_lr_positions: {chosen} must be among positions "
+                         f"{params['positions']}")
+    return [p for p in params["positions"] if p in chosen]
 
 
 def plan_runs(params: dict) -> list[dict]:
@@ -136,8 +153,8 @@ def plan_runs(params: dict) -> list[dict]:
     if not set(with_warmup) <= set(params["positions"]):
         raise ValueError(f"warmup_stability.warmup_positions: {with_warmup} must be among positions "
                          f"{params['positions']}")
-    for position in params["positions"]:
-        for lr in params["lrs"]:
+    for lr in params["lrs"]:
+        for position in positions_at(params, lr):
             for warmup in (*(warmups if position in with_warmup else ()), 0):
                 add("xiong", "layernorm", position, False, main_layers, lr, warmup)
     sn = params["scalenorm_fixnorm"]
@@ -145,7 +162,8 @@ def plan_runs(params: dict) -> list[dict]:
         for lr in sn["lrs"]:
             add("nguyen", "scalenorm", "pre", True, main_layers, lr, 0)
     dp = params["depth"]
-    for layers in sorted(set(dp["layers"]) | {main_layers}):  # the main depth's runs are reused from the grid
+    # the main depth's runs are reused from the grid; no extra depth: no sweep (nothing labelled "depth")
+    for layers in sorted(set(dp["layers"]) | {main_layers}) if dp["layers"] else ():
         for position in params["positions"]:
             add("depth", "layernorm", position, False, layers, dp["lr"], 0)
     # most informative first (a run cut short still shows the headline): the LayerNorm grid at the main depth and the
@@ -158,7 +176,8 @@ def plan_runs(params: dict) -> list[dict]:
 
     configs = sorted(runs.values(), key=rank)
     return [{**r, "groups": list(r["groups"]), "name": f"{r['name']}_s{seed}", "seed": seed}
-            for r in configs for seed in seeds_for(params, r["position"], r["warmup"], r["layers"], r["fixnorm"])]
+            for r in configs
+            for seed in seeds_for(params, r["position"], r["warmup"], r["layers"], r["fixnorm"], r["lr"])]
 
 
 def _training_code_hash() -> str:

@@ -158,10 +158,12 @@ def plain_log_ticks(ax, axis: str, ticks) -> None:
     target.set_minor_formatter(NullFormatter())
 
 
-def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", label: str | None = None
-                    ) -> list[tuple[str, str]]:
+def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", label: str | None = None,
+                    interval: str = "interval that decided") -> list[tuple[str, str]]:
     """The claim's headline as one panel: the measured value with the interval that decided it, beside the paper's
-    value (a black dashed line) or, where the paper gives no number in this unit, a title that says so."""
+    value (a black dashed line) or, where the paper gives no number in this unit, a title that says so.
+    ``interval``: what the drawn interval is, where the headline is shown in the paper's unit but decided on
+    another quantity (the title, ``label``, then names the deciding interval and criterion)."""
     from repro.report.headline import fmt_number, headline_check, headline_name  # lazy: as headline_numbers
 
     nums = headline_numbers(files)
@@ -172,7 +174,7 @@ def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", l
     fig, ax = plt.subplots(figsize=(6.4, 1.9))
     err = None if lo is None or hi is None else [[v - lo], [hi - v]]
     ax.errorbar([v], [0], xerr=err, fmt="o", color=sns.color_palette()[0], capsize=4,
-                label="measured" + (" (interval that decided)" if err else " (no interval)"))
+                label="measured" + (f" ({interval})" if err else " (no interval)"))
     shown = [v] + ([lo, hi] if err else [])
     if paper is not None:
         published_line(ax, paper, fmt_number(paper), axis="v")
@@ -184,7 +186,8 @@ def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", l
     if paper is None:
         title += f"\nno paper value in this unit; the claim: {nums.get('paper_text') or 'none stated'}"
     return save_headline(fig, ax, out_dir, name, nums.get("unit") or "", title,
-                         "The headline: the measured value with the interval that decided the verdict"
+                         f"The headline: the measured value with its {interval}"
+                         + ("" if interval == "interval that decided" or not label else f" ({label.splitlines()[-1]})")
                          + (" beside the paper's value (dashed)." if paper is not None else
                             f"; the paper gives no number in this unit ({nums.get('paper_text') or 'none stated'})."))
 
