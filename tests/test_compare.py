@@ -25,9 +25,12 @@ def _fp(hw: str, torch_version: str, cuda: str | None) -> dict:
             "git": {"commit": "0123456789abcdef", "dirty": False}, "timestamp": "2026-11-29T10:00:00+00:00"}
 
 
-def _write(root, hw, claim, rows, fp, scale="default"):
+def _write(root, hw, claim, rows, fp, scale="default", code="code-of-the-test"):
+    """One machine's results; ``code``: the measurement code key its verdict records (machines compare only where
+    the same code measured them)."""
     write_results(root / hw / scale / claim, claim=claim, scale=scale, metrics=rows,
-                  verdict=verdict(claim, "not_applicable", "test"), config={"test": True}, fingerprint=fp)
+                  verdict=verdict(claim, "not_applicable", "test"), config={"test": True}, fingerprint=fp,
+                  keys={"code": code, "config": "c", "software": "s"})
 
 
 def _speed_rows(ln_s_per_1k, rms_s_per_1k, peak_mb, extra=()):
@@ -94,21 +97,20 @@ def test_table_joins_by_metric_and_sweep_with_ratios(tree):
     assert (rms[CPU], rms[GPU]) == ("992", "99.2")
     # paper: 248 and 231 s/1k steps on a V100 (registry)
     assert (ln["paper"], ln["paper hardware"]) == ("248", "V100")
-    assert ln[f"{CPU} vs paper"] == "5x higher (no spread)" and ln[f"{GPU} vs paper"] == "0.5x lower (no spread)"
-    assert rms[f"{GPU} vs paper"] == f"{99.2 / 231:.3g}x lower (no spread)"
-    assert ln[f"{GPU} vs {CPU}"] == "0.1x lower (no spread)" and rms[f"{GPU} vs {CPU}"] == "0.1x lower (no spread)"
+    # a ratio is never below 1: the larger way round, with the word of the side that wins
+    assert ln[f"{CPU} vs paper"] == "5x slower" and ln[f"{GPU} vs paper"] == "2x faster"
+    assert rms[f"{GPU} vs paper"] == f"{231 / 99.2:.3g}x faster"
+    assert ln[f"{GPU} vs {CPU}"] == "10x faster" and rms[f"{GPU} vs {CPU}"] == "10x faster"
     mem = _row(table, "peak_memory", "norm=rmsnorm")
-    assert mem[f"{GPU} vs {CPU}"] == "2x larger (no spread)" and mem["paper"] == "" and mem[f"{GPU} vs paper"] == ""
+    assert mem[f"{GPU} vs {CPU}"] == "2x larger" and mem["paper"] == "" and mem[f"{GPU} vs paper"] == ""
     # the software is stated once per machine (software_table), not on every row
     assert "software differs" not in table.columns
     sw = compare.software_table(res, "rmsnorm_speed", reference=CPU).set_index("hardware")
     assert sw.loc[GPU, "torch"] == "2.5.1" and sw.loc[GPU, f"differs from {CPU}"] == "torch, cuda, driver"
-    # a row only one machine measured: the other is "not measured", not 0, and no ratio
-    tri = _row(table, "peak_memory", "norm=triton")
-    assert tri[CPU] == compare.NOT_MEASURED and tri[GPU] == "10"
-    assert tri[f"{GPU} vs {CPU}"] == ""
-    skipped = _row(table, "op_time", "norm=triton")
-    assert skipped[CPU] == compare.NOT_AVAILABLE and skipped[GPU] == compare.NOT_MEASURED
+    # a setting only one machine measured (or one without a value) compares nothing: not a row of the page
+    assert set(zip(table["metric"], table["setting"])) == {("transformer_step_time", "norm=layernorm"),
+                                                           ("transformer_step_time", "norm=rmsnorm"),
+                                                           ("peak_memory", "norm=rmsnorm")}
 
 
 def test_missing_claim_shows_missing_and_units_convert(tree):
@@ -118,22 +120,21 @@ def test_missing_claim_shows_missing_and_units_convert(tree):
     assert fwd[CPU] == "8" and fwd[GPU] == compare.MISSING
     assert fwd[f"{GPU} vs {CPU}"] == ""
     mem = _row(table, "peak_memory", "seq_len=1024")
-    assert mem["paper"] == "209" and mem[f"{CPU} vs paper"] == "2x larger (no spread)"
+    assert mem["paper"] == "209" and mem[f"{CPU} vs paper"] == "2x larger"
     assert (table != "0").all().all()
 
 
 def test_reference_changes_direction(tree):
     res = compare.discover(tree, "default")
     table = compare.compare_table(res, "rmsnorm_speed", reference=GPU)
-    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} vs {GPU}"] == "10x higher (no spread)"
+    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{CPU} vs {GPU}"] == "10x slower"
 
 
 def test_noise_and_percentages():
-    """A difference within the two spreads is marked '~' (noise); percentages compare by points, never by ratio."""
-    assert compare._versus(1.05, 0.03, 1.0, 0.03, percent=False, unit="s") == "~1.05x"
-    assert compare._versus(1.2, 0.03, 1.0, 0.03, percent=False, unit="s") == "1.2x slower"
-    assert compare._versus(7.78, None, 1.9, None, percent=True, unit="%") == "+5.88 pp higher (no spread)"
-    assert compare._versus(5.0, 1.0, 4.5, None, percent=True, unit="%").startswith("~+0.5 pp")
+    """Two point values: no '~' from their spreads (only a deciding interval gives one); percentages compare by
+    points, never by ratio."""
+    assert compare._versus(1.05, 1.0, percent=False, unit="s") == "1.05x slower"
+    assert compare._versus(7.78, 1.9, percent=True, unit="%") == "5.88 pp higher"
     assert compare._with_noise(1.234, 0.05, 7) == "1.234 +- 0.05 (n 7)" and compare._with_noise(2.0, None, 1) == "2"
     assert compare.is_percent("percent") and compare.is_percent("% less time") and not compare.is_percent("ms")
 
@@ -234,10 +235,11 @@ def test_page_rows_by_relevance_and_at_most_eight_columns(tree, tmp_path):
     table, meta = compare._build(res, "rmsnorm_speed", CPU)
     shown = compare.key_rows(table, meta, limit=3)
     assert list(shown["paper"].astype(bool)) == [True, True, False]  # the two rows with a paper value first
-    assert _row(shown, "peak_memory", "norm=rmsnorm")[f"{GPU} vs {CPU}"] == "2x larger (no spread)"  # then the largest difference
+    assert _row(shown, "peak_memory", "norm=rmsnorm")[f"{GPU} vs {CPU}"] == "2x larger"  # then the largest difference
     small, _, left_out = compare.page_table(shown, res.hardware, CPU)
     assert len(small.columns) <= 8 and not left_out and {"A", "B", "vs paper", "vs A"} <= set(small.columns)
-    assert small.iloc[0]["vs paper"] == "A 5x higher (no spread); B 0.5x lower (no spread)"
+    assert small.iloc[0]["vs paper"] == "A 5x slower; B 2x faster"
+    assert small.iloc[2]["vs A"] == "B 2x larger than A"
     out = tmp_path / "cmp"
     compare.write_compare(tree, "default", out, reference=CPU)
     page = (out / "rmsnorm_speed.md").read_text()
@@ -253,4 +255,27 @@ def test_outcome_keys_do_not_split_a_setting_across_machines(tmp_path):
                                                   impl="manual", looks=looks, stop="decided", ci_below=0.1)],
                _fp(hw, "2.13.0+cpu", None))
     table = compare.compare_table(compare.discover(root, "default"), "rmsnorm_speed", CPU)
-    assert len(table) == 1 and table.iloc[0]["setting"] == "impl=manual" and table.iloc[0][f"{GPU} vs {CPU}"] == "2x slower (no spread)"
+    assert len(table) == 1 and table.iloc[0]["setting"] == "impl=manual" and table.iloc[0][f"{GPU} vs {CPU}"] == "2x slower"
+
+
+def test_other_code_gives_no_ratio_and_an_older_code_column(tmp_path):
+    """Numbers measured by other code than the baseline's are shown, marked '(older code)' where the checkout would
+    measure them anew, but never divided by the baseline's: the ratio would compare the code, not the machines."""
+    root = tmp_path / "results"
+    _write(root, CPU, "rmsnorm_speed", _speed_rows(1240.0, 992.0, 300.0), _fp(CPU, "2.13.0+cpu", None))
+    _write(root, GPU, "rmsnorm_speed", _speed_rows(124.0, 99.2, 600.0), _fp(GPU, "2.5.1", "12.4"), code="older")
+    res = compare.discover(root, "default")
+    assert not res.comparable(GPU, CPU, "rmsnorm_speed") and res.is_stale(GPU, "rmsnorm_speed")
+    table, meta = compare._build(res, "rmsnorm_speed", CPU)
+    assert len(table) == 3 and not table[f"{GPU} vs {CPU}"].astype(bool).any()
+    assert _row(table, "transformer_step_time", "norm=layernorm")[f"{GPU} vs paper"] == "2x faster"  # vs paper kept
+    out = tmp_path / "cmp"
+    compare.write_compare(root, "default", out, reference=CPU)
+    page = (out / "rmsnorm_speed.md").read_text()
+    assert "| B (older code) |" in page and "than A" not in page
+
+
+def test_the_baseline_is_a_machine_that_measured_the_claim(tree):
+    res = compare.discover(tree, "default")
+    assert compare.baseline(res, "flash_attention", GPU) == CPU  # GPU has no flash_attention results
+    assert compare.baseline(res, "rmsnorm_speed", GPU) == GPU

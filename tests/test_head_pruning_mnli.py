@@ -160,12 +160,13 @@ def test_the_claim_runs_on_a_bert_folder_and_judges_it(trained, tmp_path):
     assert set(order) == {"importance", "importance_raw"} and len(order["importance"]) == 6
     # at the tiny scale no verdict is claimed
     assert judge_rows(hp.CLAIM, rows, scale="tiny", params=params)["verdict"] == "not_applicable"
-    # the claim page renders the BERT rows: the headline table first, the MNLI pruning curve among the figures
+    # the claim page renders the BERT rows: the headline table and the reason first, the MNLI pruning curve among the
+    # figures
     write_results(tmp_path / "res", fingerprint=fingerprint(), claim="head_pruning", scale="default", metrics=rows,
                   verdict=v, config=params)
     page = claim_page("head_pruning", tmp_path / "res", tmp_path / "page.md", tmp_path / "figures")
     text = page.read_text()
-    assert "40% of BERT's heads" in text.split("\n## ")[0] and "mnli_pruning_curve.png" in text
+    assert "40% of BERT's heads" in text.split("\n## Checks")[0] and "mnli_pruning_curve.png" in text
 
 
 def test_an_untrained_bert_is_gated(tmp_path):

@@ -157,6 +157,13 @@ def test_page_renders_the_verdict_contract(tmp_path):
         assert text in md, text
     assert '<h2 class="verdict">Verdict: <strong>inconclusive</strong>' in html and "Setup beside the paper" in html
     assert "spread too wide" in html
+    # each fact once, in the page's order: the headline row, the reason, the checks (their details collapsed), then
+    # the paper's claim and the setup
+    assert md.count("the headline could not be decided") == 1 and "Why:" not in md
+    order = [md.index(t) for t in ("| claim", "## Verdict: ", "## Checks", "<details>", "spread too wide",
+                                   "</details>", "## The paper's claim", "## Setup beside the paper")]
+    assert order == sorted(order), order
+    assert html.index("<details><summary>") < html.index("spread too wide") < html.index("</details>")
     # figures are embedded (the report shows the page from a data URI), captions escape reST and Jinja
     import matplotlib.pyplot as plt
 
@@ -189,12 +196,7 @@ def test_page_renders_the_verdict_contract(tmp_path):
     assert list(pages.drop_empty(frame, keep=("metric",)).columns) == ["metric", "measured"]
 
 
-def test_shorten_cuts_at_a_clause_boundary_only():
-    reason = "3/6 checks hold; failing: ratio 1.032 (IQR 0.040); reduction -3.2% (paper: 6.9%); " * 10
-    short = pages.shorten(reason, 120)
-    assert len(short) <= 127 and short.endswith("; (...)") and reason.startswith(short[:-6])
-    assert pages.shorten("short", 120) == "short"
-    assert pages.shorten("x" * 300, 120) == "x" * 300  # no boundary: never cut mid-word or mid-number
+def test_markdown_table_of_one_row():
     frame = pd.DataFrame([{"a": 1}])
     assert "a" in pages._table(frame)
 

@@ -99,15 +99,18 @@ def test_matrix_csv_loads_one_row_per_machine_scale_claim():
 
 
 @pytest.mark.parametrize("compare,value,paper,lo,hi,unit,expected", [
-    ("ratio", 34.06, 34.0, None, None, "sbh", "1.00176x larger (no spread)"),
-    ("ratio", 34.0, 34.0, None, None, "params", "1x equal (no spread)"),
-    ("difference", 4.5, 7.0, None, None, "u", "-2.5 lower (no spread)"),
+    ("ratio", 34.06, 34.0, None, None, "sbh", "1.00176x larger"),
+    ("ratio", 34.0, 34.0, None, None, "params", "equal"),
+    ("difference", 4.5, 7.0, None, None, "u", "2.5 lower"),
     ("difference", 5.5, 6.9, 1.0, 9.9, "% less time", "~-1.4 pp"),  # the paper's value inside: within the noise
-    ("difference", 4.5, 6.9, 3.0, 6.0, "% less time", "-2.4 pp slower"),  # beyond it: less saving is slower
-    ("ratio", 2.6, 5.7, 2.5, 2.7, "x speed-up", "0.456x slower"),
+    ("difference", 4.5, 6.9, 3.0, 6.0, "% less time", "2.4 pp slower"),  # less saving is slower
+    ("ratio", 2.555, 5.712, 2.5, 2.7, "x speed-up", "2.24x smaller speed-up"),  # never 0.447x slower
     ("ratio", 1.44, 1.0, 1.4, 1.5, "ms", "1.44x slower"),  # time: higher is slower
-    ("ratio", 0.697, 1.0, 0.6, 0.8, "tokens/s", "0.697x slower"),  # throughput: lower is slower
-    ("ratio", 0.5, 1.0, 0.4, 0.6, "GiB", "0.5x smaller"),
+    ("ratio", 0.697, 1.0, 0.6, 0.8, "tokens/s", "1.43x slower"),  # throughput: lower is slower
+    ("ratio", 0.5, 1.0, 0.4, 0.6, "GiB", "2x smaller"),
+    ("ratio", 1.05, 1.0, 0.9, 1.1, "s", "~1.05x"),  # the interval that decided it holds the paper's value
+    ("ratio", 0.95, 1.0, 0.9, 1.1, "s", "~1.05x"),  # within: the larger way round too, and no direction word
+    ("ratio", -0.1888, -0.189, None, None, "u", "0.0002 higher"),  # not both positive: a difference
     (None, 1.0, None, None, None, "u", "")])
 def test_headline_comparison(compare, value, paper, lo, hi, unit, expected):
     from repro.verdicts import numbers
@@ -118,14 +121,15 @@ def test_headline_comparison(compare, value, paper, lo, hi, unit, expected):
         numbers(1.0, "u", compare="ratio")  # a comparison needs the paper's number
 
 
-def test_versus_words_and_noise_on_every_comparison():
-    """The compare pages' and the claim pages' rule: with the unit, a direction word and 'no spread'; '~' within
-    the two spreads."""
-    assert headline.versus(1.44, 0.01, 1.0, 0.01, False, unit="s") == "1.44x slower"
-    assert headline.versus(0.697, 0.01, 1.0, 0.01, False, unit="tokens/s") == "0.697x slower"
-    assert headline.versus(1.44, None, 1.0, None, False, unit="s") == "1.44x slower (no spread)"
-    assert headline.versus(1.05, 0.03, 1.0, 0.03, False, unit="s") == "~1.05x"
-    assert headline.versus(7.78, None, 1.9, None, True, unit="%") == "+5.88 pp higher (no spread)"
+def test_versus_compares_point_values_without_a_noise_rule_of_its_own():
+    """The compare pages' and the claim pages' rule for two point values: the larger way round with the winner's
+    word, a difference in points for percentages; never '~', which only a deciding interval gives."""
+    assert headline.versus(1.44, 1.0, False, unit="s") == "1.44x slower"
+    assert headline.versus(0.697, 1.0, False, unit="tokens/s") == "1.43x slower"
+    assert headline.versus(1.73, 5.717, False, unit="s", than="C") == "3.3x faster than C"
+    assert headline.versus(1.05, 1.0, False, unit="s") == "1.05x slower"
+    assert headline.versus(7.78, 1.9, True, unit="%") == "5.88 pp higher"
+    assert headline.versus(1.0, 0.0, False, unit="s") == "" and headline.versus(None, 1.0, False, unit="s") == ""
 
 
 def test_a_suite_criterion_is_never_shown_as_the_papers_number():
@@ -144,8 +148,10 @@ def test_a_suite_criterion_is_never_shown_as_the_papers_number():
         numbers(1.0, "u", criterion="suite")  # a suite criterion states its rule
     with pytest.raises(ValueError):
         numbers(1.0, "u", criterion="the paper's")
-    # a point value decided on the suite's rule says so
-    assert headline.compare_text(numbers(29.0, "BLEU", criterion="suite", rule=">= 20")) == "suite: >= 20 (no spread)"
+    # a point value decided on the suite's rule: its comparison is the rule, its measured cell says it has no interval
+    point = numbers(29.0, "BLEU", criterion="suite", rule=">= 20")
+    assert headline.compare_text(point) == "suite: >= 20"
+    assert headline.measured_text(point) == "29 BLEU (no interval)"
 
 
 def test_a_decided_headline_carries_the_interval_that_decided_it():
@@ -163,7 +169,7 @@ def test_a_decided_headline_carries_the_interval_that_decided_it():
          "numbers": {"value": 0.0, "unit": "% of heads prunable", "lo": None, "hi": None, "paper": 20.0,
                      "paper_text": None, "compare": "difference"}}]}
     cells = headline.cells(old)
-    assert "deciding interval not recorded" in cells["value"] and cells["compare"] == "-20 pp lower (no spread)"
+    assert "deciding interval not recorded" in cells["value"] and cells["compare"] == "20 pp lower"
 
 
 def test_scales_list_the_default_first_and_the_smoke_test_last():

@@ -39,7 +39,7 @@ from repro.kinds import MEMORY_UNITS, PERF_KINDS, TIME_UNITS, unit_key as _unit_
 from repro.io import atomic_write_text, read_metrics
 from repro.report import runtime
 from repro.report.headline import cells as headline_cells, headline_check, is_percent, versus as _versus
-from repro.report.origin import Source, sources
+from repro.report.origin import Source, difference, origin_of, recorded_keys, sources
 from repro.report.pages import _table
 
 log = logging.getLogger("repro.compare")
@@ -97,6 +97,18 @@ class Results:
     metrics: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)
     fingerprints: dict[tuple[str, str], dict] = field(default_factory=dict)
     verdicts: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # per (hardware, claim): measured by code the checkout would measure anew (repro.provenance.stale_reasons)
+    older_code: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    def is_stale(self, hw: str, claim: str) -> bool:
+        return bool(self.older_code.get((hw, claim)))
+
+    def comparable(self, a: str, b: str, claim: str) -> bool:
+        """Whether two machines' numbers of ``claim`` were measured by the same code (their recorded code keys
+        agree), so a ratio of them is about the machines; older code beside fresh code would compare the code, and
+        a result without keys cannot say which code measured it."""
+        keys = [recorded_keys(self.verdicts.get((h, claim)) or {}) for h in (a, b)]
+        return difference(*keys) != "code"
 
     def claims(self) -> list[str]:
         found = {c for _, c in self.metrics}
@@ -142,6 +154,7 @@ def _discover_root(res: Results, src: Source, scale: str) -> None:
                 res.metrics[key] = read_metrics(cdir)
                 res.fingerprints[key] = json.loads((cdir / "fingerprint.json").read_text())
                 res.verdicts[key] = json.loads((cdir / "verdict.json").read_text())
+                res.older_code[key] = "code" in origin_of(res.verdicts[key], src.kind, cdir.name).stale_kinds
             except (ValueError, KeyError, pd.errors.ParserError) as exc:
                 raise ValueError(f"{cdir}: unreadable results ({exc})") from exc
 
@@ -253,16 +266,26 @@ def compare_table(results: Results, claim: str, reference: str | None = None) ->
     ``<hw> vs paper`` for each hardware and ``<hw> vs <reference>`` for every other hardware: a ratio of like
     quantities, a difference in points for percentages, marked ``~`` when within the spreads. Which software each
     machine ran is in the software table, once per machine."""
-    hws = list(results.hardware)
-    ref = reference if reference in hws else (hws[0] if hws else None)
     return _build(results, claim, reference)[0]
+
+
+def baseline(results: Results, claim: str, reference: str | None = None) -> str | None:
+    """The machine a claim's other machines are divided by: ``reference`` when it measured the claim, else the first
+    machine with fresh results for it (older code on the baseline would leave no ratio), else the first with any;
+    None when no machine measured it."""
+    have = [hw for hw in results.hardware if (hw, claim) in results.metrics]
+    if reference in have:
+        return reference
+    fresh = [hw for hw in have if not results.is_stale(hw, claim)]
+    return (fresh or have or [None])[0]
 
 
 def _build(results: Results, claim: str, reference: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`compare_table` and, per row, what the page's choice of rows needs (:func:`key_rows`): whether it is a
     headline row, whether it has a paper value and a comparison with it, and the largest difference beyond noise."""
     hws = list(results.hardware)
-    ref = reference if reference in hws else (hws[0] if hws else None)
+    ref = baseline(results, claim, reference)
+    machines = [hw for hw in hws if (hw, claim) in results.metrics]  # one alone: its rows beside the paper
     frame = long_frame(results, claim)
     heads = _headline_keys(results, claim, frame)
     keys = list(dict.fromkeys(zip(frame["metric"], frame["sweep"])))
@@ -315,16 +338,22 @@ def _build(results: Results, claim: str, reference: str | None = None) -> tuple[
             if v is not None and pub_val is not None and isinstance(pub_unit, str):
                 in_pub_unit = convert(v, unit, pub_unit)
                 if in_pub_unit is not None and (percent or pub_val != 0):
-                    sp_pub = None if sp is None else convert(sp, unit, pub_unit)
-                    cell = _versus(in_pub_unit, sp_pub, pub_val, None, percent, unit=pub_unit)
-                    scores.append(_difference(in_pub_unit, sp_pub, pub_val, None, percent))
+                    # the headline's row in the headline's words ('smaller speed-up', as its claim page reads)
+                    cell = _versus(in_pub_unit, pub_val, percent, unit=(head or {}).get("unit") or pub_unit)
+                    scores.append(_difference(in_pub_unit, pub_val, percent))
             row[f"{hw} vs paper"] = cell
         for hw in hws:
             if hw == ref:
                 continue
-            (a, sa), (b, sb) = values.get(hw, (None, None)), values.get(ref, (None, None))
-            row[f"{hw} vs {ref}"] = _versus(a, sa, b, sb, percent, unit=str(unit or ""))
-            scores.append(_difference(a, sa, b, sb, percent))
+            if not results.comparable(hw, ref, claim):  # older code beside fresh: no ratio of the machines
+                row[f"{hw} vs {ref}"] = ""
+                continue
+            a, b = values.get(hw, (None, None))[0], values.get(ref, (None, None))[0]
+            row[f"{hw} vs {ref}"] = _versus(a, b, percent, unit=str(unit or ""))
+            scores.append(_difference(a, b, percent))
+        measured = {h for h, (v, _) in values.items() if v is not None}
+        if len(machines) > 1 and not (ref in measured and len(measured) > 1):
+            continue  # a comparison page compares: the baseline and at least one other machine measured it
         rows.append(row)
         meta.append({"headline": head is not None, "paper": bool(pub_text),
                      "versus_paper": any(row[f"{hw} vs paper"] for hw in hws),
@@ -339,13 +368,10 @@ def _build(results: Results, claim: str, reference: str | None = None) -> tuple[
                                                             "difference"])
 
 
-def _difference(a, sa, b, sb, percent: bool) -> float:
-    """How far a is from b beyond the two spreads (0 within noise): |log ratio|, or points / 100 for percentages,
-    so rows of different units rank together."""
+def _difference(a, b, percent: bool) -> float:
+    """How far a is from b, so rows of different units rank together: |log ratio|, or points / 100 for
+    percentages (0 where either is missing)."""
     if a is None or b is None:
-        return 0.0
-    noise = (sa or 0.0) + (sb or 0.0)
-    if noise > 0 and abs(a - b) <= noise:
         return 0.0
     if percent:
         return abs(a - b) / 100.0
@@ -399,16 +425,23 @@ def letters(hws: list[str]) -> dict[str, str]:
     return {hw: chr(ord("A") + i) if i < 26 else f"M{i + 1}" for i, hw in enumerate(hws)}
 
 
-def _joined(row, cols: dict[str, str]) -> str:
-    """One cell for several machines' comparisons: 'A ~-1.42 pp; B -18.5 pp' (empty ones left out)."""
-    return "; ".join(f"{short} {row[col]}" for col, short in cols.items() if col in row.index and row[col])
+def _joined(row, cols: dict[str, str], than: str = "") -> str:
+    """One cell for several machines' comparisons: 'A 1.42 pp lower; B 3.3x faster than C' (empty ones left out;
+    ``than``: who they were divided by, named after a direction word)."""
+    def cell(text: str) -> str:
+        return text if not than or text.startswith("~") or text.startswith("equal") else f"{text} than {than}"
+    return "; ".join(f"{short} {cell(row[col])}" for col, short in cols.items() if col in row.index and row[col])
 
 
-def page_table(shown: pd.DataFrame, hws: list[str], ref: str | None,
-               heads: pd.Series | None = None) -> tuple[pd.DataFrame, list[str], list[str]]:
+OLDER = " (older code)"  # a machine column whose numbers the checkout's code would measure anew
+
+
+def page_table(shown: pd.DataFrame, hws: list[str], ref: str | None, heads: pd.Series | None = None,
+               stale: frozenset = frozenset()) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The markdown table of a compare page from :func:`compare_table`'s rows: at most 8 columns (metric with its
-    unit, the setting's varying part, paper, up to three machines by letter, vs paper, vs the reference), the
-    setting parts common to every row (stated once above the table) and the machines left to the CSV."""
+    unit, the setting's varying part, paper, up to three machines by letter, ``(older code)`` after the letter of a
+    machine in ``stale``, vs paper, vs the reference), the setting parts common to every row (stated once above
+    the table) and the machines left to the CSV."""
     short = letters(hws)
     machines = hws if len(hws) <= MAX_MACHINE_COLUMNS else (
         [ref] + [h for h in hws if h != ref][:MAX_MACHINE_COLUMNS - 1])
@@ -427,9 +460,10 @@ def page_table(shown: pd.DataFrame, hws: list[str], ref: str | None,
             name = f"**{name}** (headline)"
         row = {"metric": name, "setting": ", ".join(x for x in part if x not in common) or "-",
                "paper": r["paper"]}
-        row.update({short[h]: r[h] for h in machines})
+        row.update({short[h] + (OLDER if h in stale else ""): r[h] for h in machines})
         row["vs paper"] = _joined(r, {f"{h} vs paper": short[h] for h in machines})
-        row[f"vs {short.get(ref, ref)}"] = _joined(r, {f"{h} vs {ref}": short[h] for h in machines if h != ref})
+        row[f"vs {short.get(ref, ref)}"] = _joined(r, {f"{h} vs {ref}": short[h] for h in machines if h != ref},
+                                                   short.get(ref, ref))
         rows.append(row)
     table = pd.DataFrame(rows)
     empty = [c for c in table.columns if c.startswith("vs ") and not table[c].astype(bool).any()]
@@ -594,30 +628,39 @@ def _headline_lines(results: Results, claim: str) -> list[str]:
             _md(pd.DataFrame(rows)), ""]
 
 
-def _page_lines(claim: str, table: pd.DataFrame, shown: pd.DataFrame, meta: pd.DataFrame, hws: list[str],
+def _page_lines(claim: str, table: pd.DataFrame, shown: pd.DataFrame, meta: pd.DataFrame, results: Results,
                 ref: str | None) -> list[str]:
     """The comparison section of a compare page: which rows are shown and why, the table, its legend."""
+    hws = results.hardware
     short = letters(hws)
-    small, common, left_out = page_table(shown, hws, ref, meta["headline"])
+    stale = frozenset(h for h in hws if results.is_stale(h, claim))
+    small, common, left_out = page_table(shown, hws, ref, meta["headline"], stale)
     n_paper = int(meta["paper"].sum())
     lines = ["## Timing and memory", "",
              *_wrap((f"Showing {len(shown)} of {len(table)} rows, by relevance: the headline's row, the rows with a "
-                     f"paper value ({n_paper} in all), then the largest differences beyond noise. Every row: "
+                     f"paper value ({n_paper} in all), then the largest differences. Every row: "
                      f"[`{claim}.csv`]({claim}.csv)." if len(shown) < len(table) else
                      f"Every row, also as [`{claim}.csv`]({claim}.csv).")
                     + (f" Settings with one value in every row shown that has them: {', '.join(common)}." if common
-                       else "")), "",
-             _md(small), ""]
+                       else "")
+                    + f" A row is a setting that `{ref}` and at least one other machine measured."), "",
+             _md(small), ""] if len(table) else [
+             "## Timing and memory", "", *_wrap(f"No setting of this claim was measured by `{ref}` and another "
+                                                "machine: nothing to compare."), ""]
     hw_of_paper = sorted({h for h in table["paper hardware"] if h and h != "headline"})
     legend = ("; ".join(f"**{short[h]}**: `{h}`" for h in hws if h not in left_out)
               + f". Values are `value +- spread (n)`. **paper**: the published number (its unit given where it "
               "differs; repro/registry/published.yaml)"
               + (f", measured on {', '.join(hw_of_paper)}" if hw_of_paper else "")
               + "; on the headline's row, the headline's paper value. **vs paper** and "
-              f"**vs {short.get(ref, ref)}**: a ratio of like quantities, a difference in points (pp) for "
-              "percentages; `~` marks a difference within the spreads (noise). "
-              f"`{MISSING}`: no results for this claim; `{NOT_MEASURED}`: not this row; `{NOT_AVAILABLE}`: no value "
-              "(e.g. skipped on that device).")
+              f"**vs {short.get(ref, ref)}**: point values compared, a ratio of like quantities shown as the larger "
+              "of the two ways with the word of the side that wins, a difference in points (pp) for percentages; no "
+              "interval decides them, so none is marked within the noise (the headline's interval does, on the "
+              "claim page); a value without `+-` has no recorded spread. "
+              + (f"**{OLDER.strip(' ()')}**: measured by code the checkout would measure anew (stale); no ratio with "
+                 "a machine measured by other code. " if stale else ""))
+    legend += (f"`{MISSING}`: no results for this claim; `{NOT_MEASURED}`: not this row; `{NOT_AVAILABLE}`: no "
+               "value (e.g. skipped on that device).")
     if left_out:
         legend += " Only in the CSV: " + ", ".join(f"`{h}`" for h in left_out) + "."
     return lines + _wrap(legend) + [""]
@@ -671,15 +714,16 @@ def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, ref
     written, index_rows = [], []
     for claim in selected:
         info = registry.claim(claim) if claim in registry.claim_ids() else {"code": "", "title": claim}
-        table, meta = _build(results, claim, ref)
+        base = baseline(results, claim, ref)
+        table, meta = _build(results, claim, base)
         shown = key_rows(table, meta)
         atomic_write_text(out / f"{claim}.csv", table.to_csv(index=False))
-        sw = software_table(results, claim, ref)
+        sw = software_table(results, claim, base)
         png = plot_claim(results, claim, out / f"{claim}.png", keep=set(zip(shown["metric"], shown["setting"])))
         lines = [f"# {info['code']} {claim}: timing and memory across hardware ({scale} scale)", "",
                  *_wrap(f"{info['title']}."), ""]
-        lines += _headline_lines(results, claim) + _page_lines(claim, table, shown, meta, results.hardware, ref)
-        lines += ["## Software behind each machine's numbers", "", _md(_software_short(sw, ref)), ""]
+        lines += _headline_lines(results, claim) + _page_lines(claim, table, shown, meta, results, base)
+        lines += ["## Software behind each machine's numbers", "", _md(_software_short(sw, base)), ""]
         if png is not None:
             lines += [f"![{claim} across hardware]({png.name})", "",
                       f"*{claim}: each machine's value per setting beside the paper's (black; same unit only).*", ""]
@@ -707,7 +751,8 @@ def write_compare(results_root: str | Path, scale: str, out_dir: str | Path, ref
               is not None else "Machines of the committed references")
              + (f", and the committed references under `{references_root}/results/*/{scale}/` (named "
                 f"'<hardware> (reference)')" if references_root is not None else "")
-             + f"; machine the ratios divide by: `{ref}`.", "",
+             + f"; machine the ratios divide by: `{ref}` (on a claim it did not measure, the first machine with "
+               "fresh results for it).", "",
              _md(pd.DataFrame(hw_rows)), "", "## Claims with timing or memory metrics", "",
              _md(pd.DataFrame(index_rows)) if index_rows else
              "No claim has timing or memory metrics at this scale yet.", ""]

@@ -5,8 +5,9 @@ A judge marks its headline check(s) (repro.verdicts.check, ``headline=True``) an
 (repro.verdicts.numbers: value, interval, unit, the paper's number from the registry and how the two compare).
 :func:`headline_check` picks the one check that stands for the verdict (a failing headline before an undecided one
 before the rest); :func:`cells` formats it in short cells. Verdicts written before the judges gave numbers fall back
-to the check's measured text, shortened. :func:`versus` is the one rule by which a measured number is set against
-another (the hardware comparison's ratios, the claim pages' 'vs published'): like quantities only.
+to the check's measured text, shortened. :func:`mark` is the one rule by which a number is set against another on
+every page (the headline's 'vs paper', the hardware comparison's ratios through :func:`versus`, the claim pages'
+'vs published'): a ratio never below 1, with the word of the side that wins; '~' only from the deciding interval.
 """
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ def measured_text(nums: dict, check: dict | None = None) -> str:
         text += f" {nums['unit']}"
     if missing_interval(nums, check):
         text += " (deciding interval not recorded)"
+    elif text != "-" and (nums.get("lo") is None or nums.get("hi") is None):
+        text += " (no interval)"  # said once, here: the comparison beside it is of point values
     return text
 
 
@@ -90,61 +93,70 @@ def missing_interval(nums: dict, check: dict | None) -> bool:
                 and (nums.get("lo") is None or nums.get("hi") is None))
 
 
-# the direction words of a difference (asv's convention), by what the unit measures: (measured above, below)
-FASTER_UNITS = ("speed-up", "speedup", "/s", "per second", "less time", "throughput")
+# the direction words of a comparison (asv's convention), by what the unit measures: (measured above, below)
+FASTER_UNITS = ("/s", "per second", "less time", "throughput")
+SPEEDUP_UNITS = ("speed-up", "speedup")
 TIME_UNITS = ("s", "ms", "us", "ns", "min", "h", "seconds", "sec", "minutes", "hours")
 MEMORY_UNITS = ("b", "byte", "bytes", "kib", "mib", "gib", "kb", "mb", "gb", "sbh", "as^2b", "memory", "params")
 
 
 def direction_words(unit) -> tuple[str, str]:
-    """(word when the measured value is above the other, word when below): time is slower above, a speed-up or
-    a throughput is faster above, memory and counts are larger above, anything else is higher above."""
+    """(word when the measured value is above the other, word when below): time is slower above, a throughput is
+    faster above, a speed-up is a larger speed-up above, memory and counts are larger above, anything else is higher
+    above."""
     u = str(unit or "").strip().lower()
+    if any(k in u for k in SPEEDUP_UNITS):
+        return "larger speed-up", "smaller speed-up"
     if any(k in u for k in FASTER_UNITS):
         return "faster", "slower"
-    if u in TIME_UNITS or u.endswith((" s", " ms", "(s)", "(ms)")) or "time" in u or "latency" in u:
+    if (u in TIME_UNITS or u.split("/")[0] in TIME_UNITS or u.endswith((" s", " ms", "(s)", "(ms)")) or "time" in u
+            or "latency" in u):
         return "slower", "faster"
     if u in MEMORY_UNITS or "memory" in u or u.endswith((" bytes", " gib", " mib")):
         return "larger", "smaller"
     return "higher", "lower"
 
 
-def mark(a: float, b: float, how: str, unit, *, within: bool, spread: bool) -> str:
-    """a against b, the one rule of every comparison on the pages (asv's convention): a ratio ('1.44x slower') or a
-    difference in the unit's points ('-2.69 pp slower'); '~' in front and no direction word when the difference
-    lies within the noise; '(no spread)' after it when neither side has a spread (a point value: an exact count,
-    or a measurement whose spread was not recorded); 'equal' when the two are the same number."""
-    if how == "ratio":
-        text = f"{a / b:.3g}x"
-        if text == "1x" and a != b:  # a difference the third digit hides: as many as show it
-            text = f"{a / b:.6g}x"
-    else:
-        text = f"{a - b:+.3g}" + (" pp" if is_percent(unit) else "")
+def mark(a: float, b: float, how: str, unit, *, within: bool = False, than: str = "") -> str:
+    """a against b, the one rule of every comparison on the pages (asv's convention). A ratio of two positive
+    numbers is shown as the larger of a/b and b/a with the word of the side that wins ('2.24x smaller speed-up
+    than the paper', '3.3x faster than A'), never a ratio below 1; a signed quantity (``how`` 'difference':
+    percentage points, nats, % changes; or a ratio whose numbers are not both positive) as the size of the
+    difference in the unit's points with its word ('2.44 pp slower'). ``within``: the interval that decided ``a``
+    holds ``b`` (the caller's interval, never another noise rule): '~' in front and no direction word. 'equal'
+    when the two are the same number. ``than``: who ``b`` is, named after the direction word."""
     if a == b:
-        text += " equal"
-    elif within:
-        text = "~" + text
+        return "equal" + (f" to {than}" if than else "")
+    up, down = direction_words(unit)
+    word = up if a > b else down
+    if how == "ratio" and a > 0 and b > 0:
+        r = max(a / b, b / a)
+        text = f"{r:.3g}x"
+        if text == "1x":  # a difference the third digit hides: as many digits as show it
+            text = f"{r:.6g}x"
     else:
-        up, down = direction_words(unit)
-        text += f" {up if a > b else down}"
-    return text if spread else text + " (no spread)"
+        d = a - b
+        points = " pp" if is_percent(unit) else ""
+        if within:
+            return f"~{d:+.3g}{points}"
+        text = f"{abs(d):.3g}{points}"
+    if within:
+        return "~" + text
+    return f"{text} {word}" + (f" than {than}" if than else "")
 
 
 def compare_parts(nums: dict) -> tuple[str, str]:
-    """(the measured value against the paper's number by :func:`mark`, '' when not comparable; the criterion that
-    decided the check, 'suite: > 0.1' for a threshold of the suite's own, 'paper: > 1x' for the paper's, '' when the
-    judge gave none)."""
+    """(the measured value against the paper's number by :func:`mark`, '~' only when the interval that decided the
+    value holds the paper's number; '' when not comparable; the criterion that decided the check, 'suite: > 0.1'
+    for a threshold of the suite's own, 'paper: > 1x' for the paper's, '' when the judge gave none). A value
+    without an interval says so once, in its measured cell (:func:`measured_text`)."""
     v, p, how = nums.get("value"), nums.get("paper"), nums.get("compare")
     versus_paper = ""
     if v is not None and p is not None and how is not None and (p or how != "ratio"):
         lo, hi = nums.get("lo"), nums.get("hi")
-        spread = lo is not None and hi is not None
-        versus_paper = mark(v, p, how, nums.get("unit"), within=spread and lo <= p <= hi, spread=spread)
-    rule = ""
-    if nums.get("rule"):
-        rule = f"{nums.get('criterion') or 'paper'}: {nums['rule']}"
-        if not versus_paper and v is not None and (nums.get("lo") is None or nums.get("hi") is None):
-            rule += " (no spread)"  # decided on a point value
+        within = lo is not None and hi is not None and lo <= p <= hi
+        versus_paper = mark(v, p, how, nums.get("unit"), within=within)  # the column says whom: 'vs paper'
+    rule = f"{nums.get('criterion') or 'paper'}: {nums['rule']}" if nums.get("rule") else ""
     return versus_paper, rule
 
 
@@ -164,18 +176,14 @@ def is_percent(unit) -> bool:
         ("percent", "% ")))
 
 
-def versus(a: float | None, sa: float | None, b: float | None, sb: float | None, percent: bool, unit: str) -> str:
-    """a against b, the rule of the compare pages and the claim pages' 'vs published', by :func:`mark`: a difference
-    in points for percentages, else a ratio, with the direction word of ``unit`` ('1.44x slower' for a time,
-    '0.697x slower' for tokens/s); '~' when the difference lies within the two spreads (noise), so only differences
-    beyond the noise stand out, and '(no spread)' when neither side has one."""
-    if a is None or b is None:
+def versus(a: float | None, b: float | None, percent: bool, unit: str, than: str = "") -> str:
+    """Two point values by :func:`mark` (the compare pages, the claim pages' 'vs published'): a difference in points
+    for percentages, else a ratio of like quantities, with the direction word of ``unit``; never '~', which only the
+    interval that decided a number gives (the headline's, :func:`compare_parts`): a spread beside a point value
+    decides nothing here. '' where either is missing or a ratio would divide by 0."""
+    if a is None or b is None or (not percent and not b):
         return ""
-    noise = (sa or 0.0) + (sb or 0.0)
-    if not percent and not b:
-        return ""
-    return mark(a, b, "difference" if percent else "ratio", "%" if percent else unit,
-                within=noise > 0 and abs(a - b) <= noise, spread=noise > 0)
+    return mark(a, b, "difference" if percent else "ratio", "%" if percent else unit, than=than)
 
 
 HEADLINES = Path(__file__).resolve().parents[1] / "registry" / "headlines.yaml"
@@ -299,7 +307,6 @@ def record(verdict: dict) -> dict:
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` on one line, cut to ``limit`` characters with '...' (for short table cells; pages.shorten cuts
-    prose at a clause boundary instead)."""
+    """``text`` on one line, cut to ``limit`` characters with '...' (for short table cells)."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."

@@ -72,17 +72,6 @@ def inline_html(text) -> str:
     return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', t)
 
 
-def shorten(text: str, limit: int = 400) -> str:
-    """``text`` cut to at most ``limit`` characters at the last sentence or clause boundary ('. ', '; '), never
-    inside a number or word; uncut when it fits or when no boundary falls in the second half of the limit."""
-    if len(text) <= limit:
-        return text
-    cut = max(text.rfind("; ", 0, limit), text.rfind(". ", 0, limit))
-    if cut < limit // 2:
-        return text
-    return text[:cut + 1] + " (...)"
-
-
 def read_results(results_dir: str | Path) -> tuple[dict, dict, pd.DataFrame]:
     """verdict.json, fingerprint.json and metrics.csv of one claim's results folder (the pages' only reader)."""
     results_dir = Path(results_dir)
@@ -175,32 +164,34 @@ def _check_details(checks: list[dict]) -> list[str]:
 def headline_blocks(verdict: dict) -> list[tuple]:
     """The page's first table, the headline row of the matrix and the index (headline.COLUMNS): the headline in
     the paper's words, the paper's number and where, the measured value with the interval that decided it, the
-    comparison and the criterion, and the verdict; then a short why line (the verdict's reason, cut at a clause;
-    the verdict section has it in full)."""
+    comparison and the criterion, and the verdict; the reason follows once (:func:`reason_blocks`)."""
     claim = str(verdict.get("claim") or "")
     row = headline.row(verdict, claim, f"**{verdict['verdict']}**", 100)
     if headline.headline_check(verdict) is None:  # judged before headlines were marked
         row["claim"] = f"{claim}: none marked (judged by an older rule)"
     elif not headline.headline_check(verdict).get("numbers"):
         row["measured [interval]"] = headline.clip(str(headline.headline_check(verdict).get("measured")), 120)
-    return [("table", pd.DataFrame([row])), ("p", "Why: " + shorten(" ".join(str(verdict.get("reason", "")).split()),
-                                                                  300))]
+    return [("table", pd.DataFrame([row]))]
 
 
-def verdict_blocks(verdict: dict) -> list[tuple]:
-    """The verdict part of a page: verdict and reason, meaning, checks, gates, setup beside the paper, load."""
+def reason_blocks(verdict: dict) -> list[tuple]:
+    """The verdict and its reason, once, in full (the page's only copy of it)."""
     reason = " ".join(str(verdict.get("reason", "")).split())
-    blocks: list[tuple] = [("h2", f"Verdict: **{verdict['verdict']}** (scale `{verdict.get('scale')}`, hardware "
-                                  f"`{verdict.get('hardware')}`)")]
-    if shorten(reason, 300) != reason:  # the page's first lines showed it cut short: here in full
-        blocks.append(("p", reason))
+    return [("h2", f"Verdict: **{verdict['verdict']}** (scale `{verdict.get('scale')}`, hardware "
+                   f"`{verdict.get('hardware')}`)"), ("p", reason)]
+
+
+def checks_blocks(verdict: dict) -> list[tuple]:
+    """What the verdict means, the checks table (each check's full texts, intervals and reasons collapsed below it),
+    the thresholds the judge decided with and the gates."""
+    blocks: list[tuple] = []
     if verdict.get("meaning"):
         blocks += [("h2", "What this verdict means"), ("p", _meaning_text(verdict))]
     if verdict.get("checks"):
         blocks += [("h2", "Checks"), ("table", _checks_frame(verdict["checks"]))]
         details = _check_details(verdict["checks"])
         if details:
-            blocks += [("list", details)]
+            blocks += [("details", "Each check in full: its texts, interval and why undecided", details)]
     if verdict.get("thresholds"):
         blocks += [("p", "Thresholds the judge decided with (the `judge:` section of "
                          f"config/claims/{verdict.get('claim')}.yaml; changing one re-judges these rows, it measures "
@@ -212,6 +203,12 @@ def verdict_blocks(verdict: dict) -> list[tuple]:
                                   if any(x.get("thresholds") for x in verdict["gates"]) else {})}
                               for g in verdict["gates"]])
         blocks += [("h2", "Gates (what must hold before the checks mean anything)"), ("table", gates)]
+    return blocks
+
+
+def setup_blocks(verdict: dict) -> list[tuple]:
+    """The setup beside the paper and the verdict per implementation."""
+    blocks: list[tuple] = []
     if verdict.get("setup"):
         setup = pd.DataFrame([{"aspect": s.get("aspect"), "paper": s.get("paper"), "this run": s.get("this_run")}
                               for s in verdict["setup"]])
@@ -220,6 +217,12 @@ def verdict_blocks(verdict: dict) -> list[tuple]:
         per = pd.DataFrame([{"implementation": k, "verdict": f"**{v['verdict']}**", "reason": v["reason"]}
                             for k, v in verdict["per_implementation"].items()])
         blocks += [("h2", "Verdict per implementation"), ("table", per)]
+    return blocks
+
+
+def record_blocks(verdict: dict) -> list[tuple]:
+    """How the verdict was made: re-judged by a later rule, the machine's load while timing."""
+    blocks: list[tuple] = []
     if isinstance(verdict.get("rejudged"), dict):
         r = verdict["rejudged"]
         blocks += [("p", f"Re-judged: this verdict was computed by the rule at commit `{str(r.get('commit'))[:10]}`"
@@ -258,15 +261,14 @@ def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and pd.isna(x)) or str(x).strip() in ("", "nan")
 
 
-def _vs_published(v, s, p, u, pu) -> str:
-    """A measured value (spread ``s``) against the published one by the one rule of every comparison
-    (headline.versus, with the direction word and 'no spread'): like quantities only, '' where the units differ
-    or either is not a number (a row without a unit is taken in the published one)."""
+def _vs_published(v, p, u, pu) -> str:
+    """A measured value against the published one by the one rule of every comparison (headline.versus: point
+    values, with the direction word; '~' is the headline's, from its deciding interval): like quantities only, ''
+    where the units differ or either is not a number (a row without a unit is taken in the published one)."""
     same = _missing(u) or _missing(pu) or u == pu
     ok = isinstance(v, (int, float)) and isinstance(p, (int, float)) and not pd.isna(p) and same
     unit = pu if _missing(u) else u
-    spread = None if _missing(s) else float(s)
-    return headline.versus(v, spread, p, None, headline.is_percent(unit), unit=str(unit or "")) \
+    return headline.versus(v, p, headline.is_percent(unit), unit=str(unit or "")) \
         if ok and (p or headline.is_percent(unit)) else ""
 
 
@@ -277,43 +279,76 @@ def drop_empty(frame: pd.DataFrame, keep: tuple = ()) -> pd.DataFrame:
     return frame.drop(columns=empty)
 
 
-def _published_blocks(metrics: pd.DataFrame) -> list[tuple]:
-    """'Measured beside published': the metrics rows with a published value, each set against it; columns with
-    nothing in them (no comparable row, no unit) dropped, so a table of empty cells never shows."""
+def _published_blocks(metrics: pd.DataFrame, verdict: dict | None = None) -> list[tuple]:
+    """'Measured beside published': the metrics rows with a published value, each set against it; the headline's own
+    row as the headline reads it (its deciding interval's '~', :func:`_headline_mark`); columns with nothing in them
+    (no comparable row, no unit) dropped, so a table of empty cells never shows."""
     pub = metrics[metrics["published_key"].notna()] if "published_key" in metrics else metrics.iloc[:0]
     if not len(pub):
         return []
-    spread = pub["spread"] if "spread" in pub else [None] * len(pub)
-    diff = [_vs_published(v, s, p, u, pu) for v, s, p, u, pu in zip(
-        pub["value"], spread, pd.to_numeric(pub["published_value"], errors="coerce"), pub["unit"],
+    own = _headline_mark(verdict or {})
+    diff = [own(v, p) or _vs_published(v, p, u, pu) for v, p, u, pu in zip(
+        pub["value"], pd.to_numeric(pub["published_value"], errors="coerce"), pub["unit"],
         pub.get("published_unit", pub["unit"]))]
     table = pd.DataFrame({"metric": pub["metric"], "setting": pub["sweep"].map(_sweep_text),
                           "measured": pub["value"].map(_fmt), "published": pub["published_value"].map(_fmt),
                           "vs published": diff, "unit": [("" if _missing(u) else u) for u in pub["unit"]],
                           "source": pub["source"]})
-    return [("h2", "Measured beside published"), ("table", drop_empty(table, keep=("metric", "measured")))]
+    return [("h2", "Measured beside published"),
+            ("p", "Point values set against the published ones (a ratio shown as the larger of the two ways, with "
+                  "the word of the side that wins; a difference in points for percentages); whether a difference "
+                  "lies beyond the noise is decided only by the intervals of the checks above, so only the "
+                  "headline's row can read '~' (its interval holds the published value)."),
+            ("table", drop_empty(table, keep=("metric", "measured")))]
+
+
+def _headline_mark(verdict: dict):
+    """A function of (measured, published) giving the headline's 'vs paper' mark for the headline's own numbers
+    (the same comparison read the same way as in the page's first table), '' for any other row."""
+    nums = (headline.headline_check(verdict) or {}).get("numbers") or {}
+    mark = headline.compare_parts(nums)[0] if nums else ""
+
+    def same(a, b) -> bool:
+        numeric = isinstance(a, (int, float)) and isinstance(b, (int, float)) and not pd.isna(a)
+        return numeric and abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+    return lambda v, p: mark if mark and same(v, nums.get("value")) and same(p, nums.get("paper")) else ""
 
 
 def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
                  figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN) -> list[tuple]:
+    """A claim page, each fact once: the headline row, the verdict's reason, where it comes from, the checks
+    (details collapsed), the figures, the paper's claim and the setup, then what would decide it, the rows beside
+    the published numbers and where the numbers come from."""
     info = claim_info(claim)
-    blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}")] + headline_blocks(verdict) + [
-                           ("quote", info["statement"].strip()),
-                           ("p", "Sources: " + ("; ".join(registry.citation(s) for s in info.get("sources", []))
-                                                or "none (the suite's own benchmark)")),
-                           ("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
-                            + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
-                               "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))]
-    blocks += integrity_blocks(verdict, kind)
-    blocks += verdict_blocks(verdict) + power_blocks(claim, verdict, results_dir) + _published_blocks(metrics)
+    blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}")] + headline_blocks(verdict)
+    blocks += reason_blocks(verdict) + origin_blocks(claim, verdict, fp, kind) + checks_blocks(verdict)
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
+    blocks += claim_text_blocks(info) + setup_blocks(verdict) + power_blocks(claim, verdict, results_dir)
+    blocks += _published_blocks(metrics, verdict) + record_blocks(verdict)
     blocks += [("h2", "Where these numbers come from"),
                ("list", [*_fingerprint_lines(fp), *_waiver_lines(results_dir),
                          f"Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, "
                          f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s",
                          *_integrity_lines(verdict)])]
     return blocks
+
+
+def origin_blocks(claim: str, verdict: dict, fp: dict, kind: str = RUN) -> list[tuple]:
+    """Where the verdict comes from (this checkout's run or a committed reference, stale or not), and an
+    unverified line where nothing could be checked against the run's bytes."""
+    return [("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
+             + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
+                "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))] + integrity_blocks(verdict,
+                                                                                                          kind)
+
+
+def claim_text_blocks(info: dict) -> list[tuple]:
+    """The paper's claim in its words and its sources."""
+    return [("h2", "The paper's claim"), ("quote", info["statement"].strip()),
+            ("p", "Sources: " + ("; ".join(registry.citation(s) for s in info.get("sources", []))
+                                 or "none (the suite's own benchmark)"))]
 
 
 UNRECORDED = [n for n in CORE_FILES if n != "verdict.json"]  # the files a verdict's integrity record should cover
@@ -449,6 +484,9 @@ def render_markdown(blocks: list[tuple], page_dir: Path) -> str:
             lines += [_table(payload[0]), ""]
         elif kind == "list":
             lines += [f"- {item}" for item in payload[0]] + [""]
+        elif kind == "details":  # collapsed where markdown renders HTML (GitHub), a plain list elsewhere
+            lines += ["<details>", f"<summary>{html.escape(payload[0])}</summary>", ""]
+            lines += [f"- {item}" for item in payload[1]] + ["", "</details>", ""]
         elif kind == "figure":
             path, caption = payload
             rel = path.relative_to(page_dir) if path.is_relative_to(page_dir) else path
@@ -489,6 +527,9 @@ def render_html(blocks: list[tuple], title: str) -> str:
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         elif kind == "list":
             out.append("<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in payload[0]) + "</ul>")
+        elif kind == "details":
+            out.append(f"<details><summary>{html.escape(payload[0])}</summary><ul>"
+                       + "".join(f"<li>{inline_html(i)}</li>" for i in payload[1]) + "</ul></details>")
         elif kind == "figure":
             path, caption = payload
             out.append(f'<figure><img src="{_data_uri(path)}" alt="{html.escape(caption)}">'

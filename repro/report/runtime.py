@@ -187,12 +187,15 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
             slow = frame.sort_values("wall_s", ascending=False).head(3)
             rec = read_run_record(root, hw_dir.name, scale)
             wall = "unknown (no run.json)"
+            cores = f"{tot['sum_cpu_s'] / 60:,.1f} (benchmark samples)"
+            if rec and rec.get("core_minutes") is not None:
+                cores = f"{rec['core_minutes']:,.1f}" + (" (exact)" if rec.get("core_minutes_source") == "rusage" else "")
             if rec:
                 commit, mhz = _commit_and_clock(rec)
                 start = ((rec.get("host_speed") or {}).get("start_gflops"))
                 extra = "".join(f", {x}" for x in (mhz, f"{start:.0f} GFLOP/s" if start is not None else "") if x)
                 wall = f"{rec['wall_minutes']:.1f} min ({commit}{extra})"
-            rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | {wall} | "
+            rows.append(f"| {src.label(hw_dir.name)} | {tot['jobs']} | {_fmt_s(tot['sum_wall_s'])} | {cores} | {wall} | "
                         + ", ".join(f"{r.job} {_fmt_s(r.wall_s)}" for r in slow.itertuples()) + " |")
     if not rows:
         return []
@@ -201,7 +204,8 @@ def compare_md(results_root: str | Path, scale: str, references_root: str | Path
             "the kernel's (run.json's cpu_mhz, where recorded): one hardware id can run on hosts of different speeds "
             "when the CPU's name carries no clock, and the reported clock need not change with the host: the host's "
             "speed is the probe run.json records before the first job (one-thread fp32 matmul GFLOP/s, "
-            "repro/report/hostspeed.py), where recorded.", "",
-            "| hardware | jobs | sum of job wall times | run wall time (run.json: commit, CPU clock, host speed) | "
-            "slowest jobs |",
-            "|---|---:|---:|---:|---|", *rows, ""]
+            "repro/report/hostspeed.py), where recorded. Core-minutes: the CPU time of the run's jobs from run.json "
+            "(exact: the workflow's waited-for children), else the benchmark files' sampled CPU times.", "",
+            "| hardware | jobs | sum of job wall times | core-minutes | run wall time (run.json: commit, CPU clock, "
+            "host speed) | slowest jobs |",
+            "|---|---:|---:|---:|---:|---|", *rows, ""]
