@@ -280,7 +280,7 @@ def test_matrix_csv_names_the_headline_its_comparison_and_its_interval(tmp_path)
     (res / "verdict.json").write_text(json.dumps(v))
     rec = matrix.matrix_records(root)[0]
     assert rec["title"] == "Pure attention loses rank doubly exponentially"
-    assert rec["vs_paper"] == "-0.1 lower" and rec["interval_method"] == "95% t-interval over 5 seeds"
+    assert rec["vs_paper"] == "0.1 lower" and rec["interval_method"] == "95% t-interval over 5 seeds"
     assert rec["paper_where"].startswith("Dong et al. 2021") and rec["paper_derived"] is None
     v["checks"][0]["numbers"].update(lo=2.8, hi=3.2)  # the paper's 3 inside the interval: within the noise
     (res / "verdict.json").write_text(json.dumps(v))
