@@ -14,7 +14,8 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config/config.yaml"
 
 
-W = Run(config, workflow.basedir, main_process=workflow.is_main_process, cores=workflow.cores,
+# the cores as given (None for `snakemake --report report.html`, which needs none; workflow.cores would refuse)
+W = Run(config, workflow.basedir, main_process=workflow.is_main_process, cores=workflow.resource_settings.cores,
         configfiles=workflow.configfiles)
 
 

@@ -85,6 +85,17 @@ def test_dry_run_reproduce_all_default(tmp_path):
     assert "index" in out and "translation_evaluate" in out  # the whole suite includes the BLEU benchmark
 
 
+def test_snakemake_report_needs_no_cores(tmp_path):
+    """Snakemake's own idiom after a run, ``snakemake --report report.html``, builds the report without --cores (the
+    Snakefile reads the cores it was given, None here, instead of ``workflow.cores``, which refuses to answer)."""
+    (tmp_path / "results/test-hw/tiny/param_accounting").mkdir(parents=True)  # a tiny results folder: one claim
+    r = smk("--report", str(tmp_path / "report.html"), "--directory", str(tmp_path), "--config", "hardware=test-hw",
+            "scale=tiny", "claims=[param_accounting]")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "total number of cores" not in out, out[-3000:]
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+
+
 def _fresh_copy(repo: Path) -> Path:
     """The checkout's files (tracked and untracked, not ignored; no test fixtures) committed in a new repository."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
