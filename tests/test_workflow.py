@@ -288,6 +288,8 @@ def test_tiny_end_to_end(tmp_path):
     decodes = pd.read_csv(res / "head_pruning/metrics.csv").query("metric == 'decode_calls'")["sweep"]
     assert json.loads(decodes.iloc[0])["groups_kept"] == 4
     assert "## Time per rule" in index and "| translation_train |" in index
+    assert "run time unknown" not in index and "min wall for" in index  # rewritten once run.json was written
+    assert "Run time: " in (tmp_path / "reports/test-hw/tiny/warmup_stability.md").read_text()  # summed over its jobs
     assert "Run time per machine" in (tmp_path / "reports/compare/tiny/index.md").read_text()
     for claim in ("param_accounting", "block_numerics"):
         verdict = json.loads((res / claim / "verdict.json").read_text())
