@@ -1,7 +1,8 @@
 """Every claim's figures, rendered from its committed reference (references/results/cpu-intel-xeon-2c/default/):
 the figure that answers the headline marks its axis (repro.report.plots.mark_headline), and the headline's measured
-value, the interval that decided it and the paper's value lie inside that axis (issue 39: a passing check plotted off
-the axis, a paper value outside the view). Rendered into a temporary folder; the references are only read."""
+value, the interval that decided it, the paper's value and the criterion it was held against (a band or a
+threshold) lie inside that axis (a passing check plotted off the axis, a paper value or a threshold outside the
+view, a zoom that hid the criterion). Rendered into a temporary folder; the references are only read."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ import matplotlib.figure
 import pytest
 
 from repro.report.pages import make_plots, read_results
-from repro.report.plots import ResultFiles, headline_numbers
+from repro.report.plots import ResultFiles, criterion, headline_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "references" / "results" / "cpu-intel-xeon-2c" / "default"
@@ -54,6 +55,14 @@ def test_headline_values_lie_inside_the_marked_axis(claim, tmp_path, monkeypatch
         lim = ax.get_xlim() if axis == "x" else ax.get_ylim()
         off = {k: to_axis(v) for k, v in wanted.items() if not _inside(to_axis(v), lim)}
         assert not off, f"{claim}: headline numbers {off} outside the {axis} axis {lim} ({ax.get_title()!r})"
+        # the criterion the headline was held against is drawn inside the same axis (a band or a threshold)
+        span = criterion(nums)
+        assert span is not None, f"{claim}: the headline's rule {nums.get('rule')!r} gives no band or threshold"
+        drawn = getattr(ax, "repro_criterion", None)
+        assert drawn is not None, f"{claim}: the headline's criterion {nums.get('rule')!r} is not drawn"
+        assert sorted(drawn) == sorted((to_axis(span[0]), to_axis(span[1]))), (claim, drawn, span)
+        assert all(lim[0] < x < lim[1] if lim[0] < lim[1] else lim[1] < x < lim[0] for x in drawn), \
+            f"{claim}: criterion {drawn} not inside the {axis} axis {lim}"
         if "paper" not in wanted:  # no paper number in this unit: the figure says so
             text = " ".join([ax.get_title(), ax.figure._suptitle.get_text() if ax.figure._suptitle else ""]
                             + [t.get_text() for t in (ax.get_legend().get_texts() if ax.get_legend() else [])])

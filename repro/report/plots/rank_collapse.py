@@ -10,7 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 
-from . import (ResultFiles, legend_outside, published, published_line, save as _save, save_headline,
+from . import (ResultFiles, headline_numbers, legend_outside, published, published_line, save as _save, save_headline,
                with_sweep as _sweep)
 
 ORDER = ("attention", "attention_skip", "attention_mlp", "full_post", "full_pre")
@@ -44,7 +44,8 @@ def _exponents(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple
         fig, ax, out_dir, "exponent.png", "per-layer exponent of ln rho (slope of ln rho_(L+1) on ln rho_L)",
         f"Does pure attention collapse doubly exponentially (exponent {paper:g})?", "Per-layer exponent of the residual's collapse per stack and init (mean over seeds, "
              "bar: spread): Dong et al.'s pure attention collapses with exponent 3 (dashed); skip connections "
-             "give ~1 (dotted); the headline is pure attention at PyTorch's init.")
+             "give ~1 (dotted); the headline is pure attention at PyTorch's init; red: the criterion.",
+        headline_numbers(files))
 
 
 def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
