@@ -67,3 +67,30 @@ def test_headline_values_lie_inside_the_marked_axis(claim, tmp_path, monkeypatch
             text = " ".join([ax.get_title(), ax.figure._suptitle.get_text() if ax.figure._suptitle else ""]
                             + [t.get_text() for t in (ax.get_legend().get_texts() if ax.get_legend() else [])])
             assert "paper" in text.lower() or "suite" in text.lower(), (claim, text)
+
+
+def _overlapping(labels) -> list[tuple[str, str]]:
+    """Pairs of neighbouring tick labels whose drawn boxes overlap."""
+    boxes = [(t.get_text(), t.get_window_extent()) for t in labels if t.get_visible() and t.get_text()]
+    boxes.sort(key=lambda b: b[1].x0)
+    return [(a[0], b[0]) for a, b in zip(boxes, boxes[1:]) if a[1].overlaps(b[1])]
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_figures_are_legible(claim, tmp_path, monkeypatch):
+    """No two x tick labels drawn over each other (long category names are wrapped), whole-number ticks on an axis
+    of layers, and one y label per figure row (a facet grid printed its label once per row, over one another)."""
+    _, saved = _render(claim, tmp_path, monkeypatch)
+    for fig in saved:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            assert not _overlapping(ax.get_xticklabels()), (claim, ax.get_title(), _overlapping(ax.get_xticklabels()))
+            if ax.get_xlabel().startswith("layer") and ax.get_xscale() == "linear":
+                lo, hi = sorted(ax.get_xlim())
+                ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+                assert all(float(t).is_integer() for t in ticks), (claim, ax.get_xlabel(), ticks)
+        column = {}  # the y labels of the axes one above the other: the same label twice is a repeat
+        for ax in fig.axes:
+            if ax.get_ylabel():
+                column.setdefault(round(ax.get_position().x0, 2), []).append(ax.get_ylabel())
+        assert all(len(v) == len(set(v)) for v in column.values()), (claim, column)

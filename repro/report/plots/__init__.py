@@ -23,13 +23,14 @@ One visual convention for every figure (also the hardware comparison, repro/repo
 import fnmatch
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # figures go to files only; set before pyplot is imported
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullFormatter, NullLocator, ScalarFormatter  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
@@ -212,6 +213,35 @@ def plain_log_ticks(ax, axis: str, ticks) -> None:
     target.set_major_formatter(ScalarFormatter())
     target.set_minor_locator(NullLocator())
     target.set_minor_formatter(NullFormatter())
+
+
+def integer_ticks(ax, axis: str = "x", values=None) -> None:
+    """Whole-number ticks on an axis of layers, depths or counts (no "1.5 layers"): at ``values`` when given (the
+    depths measured), else at most ten integers the axis spans."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if values is not None:
+        target.set_major_locator(FixedLocator(sorted({int(v) for v in values})))
+    else:
+        target.set_major_locator(MaxNLocator(nbins=10, integer=True))
+    target.set_minor_locator(NullLocator())
+
+
+def grid_labels(grid, xlabel: str, ylabel: str) -> None:
+    """A seaborn FacetGrid's axis labels, the y label once for the figure when it has several rows (per row it is
+    printed beside each, the same words over one another)."""
+    if grid.axes.shape[0] > 1:
+        grid.set_axis_labels(xlabel, "")
+        grid.figure.supylabel(ylabel, fontsize=10)
+    else:
+        grid.set_axis_labels(xlabel, ylabel)
+
+
+def wrap_ticks(ax, axis: str = "x", width: int = 14) -> None:
+    """Category tick labels broken into lines of at most ``width`` characters, so neighbours never overlap."""
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    texts = [textwrap.fill(t.get_text(), width, break_long_words=False) for t in labels]
+    ticks = ax.get_xticks() if axis == "x" else ax.get_yticks()
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(ticks, texts)
 
 
 def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", label: str | None = None

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, headline_figure, legend_outside, plain_log_ticks, published, published_line, save as _save, with_sweep as _sweep
+from . import ResultFiles, grid_labels, headline_figure, legend_outside, plain_log_ticks, published, published_line, save as _save, with_sweep as _sweep
 
 
 def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
@@ -26,7 +26,7 @@ def _per_layer(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
         grid = sns.relplot(data=ffn, x="layer", y="value", hue="layout", style="position", col="matrix", row="stack",
                            kind="line", marker="o", errorbar="sd", height=2.8, aspect=1.3)
         grid.set(yscale="log")
-        grid.set_axis_labels("layer", "||grad W||_F")
+        grid_labels(grid, "layer", "||grad W||_F")
         grid.figure.suptitle("Fig 3(a,b) analogue: FFN weight gradient norm at init (mean +- sd over seeds)", y=1.02)
         grid.figure.savefig(out_dir / "per_layer_ffn_grads.png", dpi=110, bbox_inches="tight")
         plt.close(grid.figure)

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from . import (ResultFiles, headline_numbers, published, save as _save, save_headline,
+from . import (ResultFiles, headline_numbers, integer_ticks, published, save as _save, save_headline,
                with_sweep as _sweep)
 
 
@@ -64,7 +64,7 @@ def plots(metrics, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
             fp = sub[sub["method"] == "fp32"]["value"]
             if len(fp):
                 ax.axhline(float(fp.iloc[0]), ls=":", color="black", lw=1, label="fp32")
-            ax.set_xticks(range(len(stats)), stats.index, rotation=60)
+            ax.set_xticks(range(len(stats)), stats.index, rotation=90)  # at 60 degrees neighbours overlapped
             ax.set(xlabel="", ylabel="validation perplexity", title=f"{m}: how much does each method raise "
                    "perplexity over fp32?")
             handles, labels = ax.get_legend_handles_labels()
@@ -84,7 +84,7 @@ def plots(metrics, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
         sns.barplot(data=b, x="method", y="value", hue="model", ax=ax)
         ax.axhline(0.5, ls=":", color="black", lw=1, label="half of 16-bit")
         ax.set(ylabel="stored weight bytes / 16-bit", xlabel="")
-        ax.tick_params(axis="x", rotation=60)
+        ax.tick_params(axis="x", rotation=90)  # at 60 degrees the labels sat centred under the next bar
         ax.legend(fontsize=7)
         _save(fig, out_dir, "weight_bytes.png")
         out.append(("weight_bytes.png", "Weight bytes as stored (packed codes, 16-bit scales, zero points, group "
@@ -118,6 +118,9 @@ def plots(metrics, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
                                  ("largest |x| at the tracked inputs", "feature dims with |x| >= threshold")):
             sns.lineplot(data=o[o["metric"] == name], x="layer", y="value", hue="model", marker="o", ax=ax)
             ax.set(ylabel=lab)
+            integer_ticks(ax, "x", o["layer"].dropna())
+        axes[1].set_ylim(-0.5, max(axes[1].get_ylim()[1], 2.5))  # a count: from 0, whole numbers even when all 0
+        integer_ticks(axes[1], "y")
         axes[0].axhline(6.0, ls=":", color="black", lw=1)
         _save(fig, out_dir, "outliers_per_layer.png")
         out.append(("outliers_per_layer.png", "Outlier features per block (inputs of the attention projections "

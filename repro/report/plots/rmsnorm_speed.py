@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import (ResultFiles, headline_numbers, legend_outside, mark_headline, median_error_bars, published, published_band, published_line,
+from . import (ResultFiles, grid_labels, headline_numbers, legend_outside, mark_headline, median_error_bars, published, published_band, published_line,
                save)
 
 
@@ -35,7 +35,7 @@ def _op_ratio(metrics, out_dir):
         ax.set_xscale("log", base=2)
         ax.axhline(1.0, color="gray", lw=1)
         published_band(ax, 1 - high / 100, 1 - low / 100, f"{low:g}%~{high:g}% reduction")
-    g.set_axis_labels("hidden size", "time RMSNorm / LayerNorm")
+    grid_labels(g, "hidden size", "time RMSNorm / LayerNorm")
     g.savefig(out_dir / "op_ratio.png", dpi=110, bbox_inches="tight"); plt.close(g.figure)
     return ("op_ratio.png", "Op level: median of per-round paired time ratios RMSNorm / LayerNorm per provider "
             f"(below 1: RMSNorm faster). Grey band: the paper's {low:g}%~{high:g}% reduction (ratio "
