@@ -3,6 +3,7 @@
 #   snakemake claim_<id> --cores all                    one claim (e.g. claim_param_accounting)
 #   snakemake reproduce_all --config scale=tiny         the seconds-long smoke scale
 #   snakemake -s workflows/report.smk --report report.html   the HTML report (verdict matrix first): results/, references/
+#   snakemake --report report.html                     Snakemake's own report of this run (needs no --cores)
 # Parameters: config/config.yaml (the run) and config/claims/<id>.yaml (per claim, per scale).
 from snakemake.utils import min_version
 
