@@ -176,7 +176,7 @@ def claim_time_text(results_dir: str | Path) -> str:
     t = claim_time(results_dir)
     own, shared = t["own"], t["shared"]
     if own.empty:
-        return "Run time: unknown (no benchmark files: the claim was not run by the workflow here)"
+        return f"Run time: unknown (no benchmark file of its jobs under {BENCH_DIR}/ beside these results)"
 
     def minutes(frame: pd.DataFrame) -> tuple[float, float]:
         return float(frame["wall_s"].fillna(0).sum()) / 60, float(frame["cpu_s"].fillna(0).sum()) / 60
