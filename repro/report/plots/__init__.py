@@ -231,7 +231,7 @@ def grid_labels(grid, xlabel: str, ylabel: str) -> None:
     printed beside each, the same words over one another)."""
     if grid.axes.shape[0] > 1:
         grid.set_axis_labels(xlabel, "")
-        grid.figure.supylabel(ylabel, fontsize=10)
+        grid.figure.supylabel(ylabel, fontsize=10, x=-0.01)  # left of the widest tick labels (log axes)
     else:
         grid.set_axis_labels(xlabel, ylabel)
 
