@@ -94,3 +94,13 @@ def test_figures_are_legible(claim, tmp_path, monkeypatch):
             if ax.get_ylabel():
                 column.setdefault(round(ax.get_position().x0, 2), []).append(ax.get_ylabel())
         assert all(len(v) == len(set(v)) for v in column.values()), (claim, column)
+
+
+@pytest.mark.parametrize("rule, paper, span", [
+    ("34 +- 5%", None, (32.3, 35.7)), ("3 +- 0.5", None, (2.5, 3.5)), ("-1.342 +- 0.0005", None, (-1.3425, -1.3415)),
+    ("slope 0.5 +- 0.1", None, (0.4, 0.6)), ("within [0.4, 0.6]", None, (0.4, 0.6)), ("> 0.5 (the deeper half)", None,
+    (0.5, 0.5)), ("drop < 0.15 BLEU at every level up to 20%", None, (0.15, 0.15)), (">= 20", None, (20.0, 20.0)),
+    ("exact", 7.0, (7.0, 7.0)), ("the paper's direction", None, None)])
+def test_criterion_is_read_from_the_headline_rule(rule, paper, span):
+    got = criterion({"rule": rule, "paper": paper})
+    assert (got is None) == (span is None) and (got is None or all(math.isclose(a, b) for a, b in zip(got, span)))
