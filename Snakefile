@@ -3,6 +3,7 @@
 #   snakemake claim_<id> --cores all                    one claim (e.g. claim_param_accounting)
 #   snakemake reproduce_all --config scale=tiny         the seconds-long smoke scale
 #   snakemake -s workflows/report.smk --report report.html   the HTML report (verdict matrix first): results/, references/
+#   snakemake --report report.html                     Snakemake's own report of this run (needs no --cores)
 # Parameters: config/config.yaml (the run) and config/claims/<id>.yaml (per claim, per scale).
 from snakemake.utils import min_version
 
@@ -14,7 +15,8 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config/config.yaml"
 
 
-W = Run(config, workflow.basedir, main_process=workflow.is_main_process, cores=workflow.cores,
+# the cores as given (None for `snakemake --report report.html`, which needs none; workflow.cores would refuse)
+W = Run(config, workflow.basedir, main_process=workflow.is_main_process, cores=workflow.resource_settings.cores,
         configfiles=workflow.configfiles)
 
 

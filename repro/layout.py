@@ -15,3 +15,12 @@ ARTEFACTS = {
     "translation_model": ("translation", CKPT_NAME, "folder"),
     "lm": ("lm", CKPT_NAME, "folder"),
 }
+# artefact -> the workflow's jobs that build it, its own inputs' jobs first (their benchmark files' names:
+# workflows/translation.smk), so a claim's run time can count the shared models it needs
+ARTEFACT_JOBS = {
+    "tokenizer": ("translation_tokenizer",),
+    "translation_model": ("translation_tokenizer", "translation_train"),
+    "lm": ("translation_tokenizer", "lm_train"),
+}
+# the claims measured by a job not named after them (the translation benchmark's BLEU: rule translation_evaluate)
+MEASURING_JOB = {"translation": "translation_evaluate"}

@@ -242,12 +242,27 @@ class Run:
         c0 = getattr(self, "_cpu_start", None)
         work = None if c0 is None else {"jobs_cpu_s": cpu[0] - c0[0], "snakemake_cpu_s": cpu[1] - c0[1]}
         try:
-            write_run_record(self.res, started=started, finished=finished, status=status, hardware=self.hw,
-                             scale=self.scale, cores=self.cores, targets=sorted(map(str, targets or [])),
-                             host_speed=hostspeed.record(getattr(self, "_speed_start", None), hostspeed.probe()),
-                             cpu=work)
+            record = write_run_record(self.res, started=started, finished=finished, status=status, hardware=self.hw,
+                                      scale=self.scale, cores=self.cores, targets=sorted(map(str, targets or [])),
+                                      host_speed=hostspeed.record(getattr(self, "_speed_start", None),
+                                                                  hostspeed.probe()),
+                                      cpu=work)
         except Exception as exc:  # the record is a report: a failure to write it must not turn a run into an error
             print(f"repro: run.json not written: {exc}", file=sys.stderr)
+            return
+        if "index" in record["jobs_run"] and Path(self.rep, "index.md").is_file():
+            self._rewrite_index()
+
+    def _rewrite_index(self) -> None:
+        """The index again once run.json exists: its job ran before the run ended, so it could not show the run's
+        time; the same page with the run's wall time and core-minutes (the index rule's command, in process)."""
+        from repro.report.pages import index_page  # lazy: pandas and the pages, for the end-of-run handler only
+
+        try:
+            index_page(self.cfg["results_dir"], self.cfg["reports_dir"], self.hw, self.scale,
+                       Path(self.rep, "index.md"))
+        except Exception as exc:  # the index of the job stays; a report failure must not fail the run
+            print(f"repro: index not rewritten with the run's time: {exc}", file=sys.stderr)
 
     def workflow_files(self) -> list[str]:
         """The shared-artefact and hardware-comparison rules (workflows/<name>.smk); claims need none of their own."""

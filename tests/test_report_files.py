@@ -223,6 +223,59 @@ def test_run_time_comes_from_run_json_never_from_file_times(tmp_path):
     assert read_run_record(tmp_path / "results", "hw", "default")["wall_minutes"] == 30.0
 
 
+def test_claim_run_time_sums_its_jobs_and_the_shared_models_it_read(tmp_path):
+    """A claim page's run time is the sum over its jobs' benchmark files (parts, measuring, judging, page) and,
+    named apart, over the jobs that built the shared models its measured.json read (a claim split into 7 parts
+    of 18 min once read "Runtime: 1.0 s", its last job's)."""
+    import json
+
+    from repro.report.runtime import claim_time, claim_time_text
+
+    res = tmp_path / "results" / "hw" / "default"
+    bench = res / "_benchmarks"
+    bench.mkdir(parents=True)
+    jobs = {"c.part0-of-2": (540.0, 530.0), "c.part1-of-2": (600.0, 590.0), "c": (1.0, 1.0), "c.verdict": (2.0, 1.0),
+            "c.report": (7.0, 6.0), "cc": (999.0, 999.0), "other.part0-of-2": (999.0, 999.0),
+            "translation_tokenizer": (6.0, 6.0), "translation_train": (858.0, 1700.0), "lm_train": (250.0, 240.0)}
+    for job, (wall, cpu) in jobs.items():
+        (bench / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{wall}\t0:10:00\t100\t{cpu}\n")
+    (res / "c").mkdir()
+    model = {"path": "results/hw/default/_models/translation", "file": "checkpoint_last.pt"}
+    (res / "c" / "measured.json").write_text(json.dumps({"inputs": {"model_dir": model}}))
+    t = claim_time(res / "c")
+    assert sorted(t["own"]["job"]) == ["c", "c.part0-of-2", "c.part1-of-2", "c.report", "c.verdict"]
+    assert sorted(t["shared"]["job"]) == ["translation_tokenizer", "translation_train"]  # not the LM: not read
+    text = claim_time_text(res / "c")
+    assert "19.2 min of job wall time" in text and "5 jobs (2 parts, measuring, judging, page)" in text
+    assert "translation_train 14.3 min" in text and "33.6 min" in text and "lm_train" not in text
+    # the translation benchmark is measured by translation_evaluate, not a job named after it
+    (res / "translation").mkdir()
+    (bench / "translation_evaluate.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n30.0\t0:00:30\t100\t29.0\n")
+    assert "translation_evaluate" in set(claim_time(res / "translation")["own"]["job"])
+    assert claim_time_text(tmp_path / "nothing" / "hw" / "default" / "c").startswith("Run time: unknown")
+
+
+def test_index_is_rewritten_with_the_run_time_when_the_run_ends(tmp_path, monkeypatch):
+    """The index job runs before the run ends, so a complete run's own index said "run time unknown"; the
+    workflow's end-of-run handler writes run.json and then the index again, which then shows the run's time."""
+    import time
+
+    from repro.workflow import Run
+
+    w = Run({"scale": "tiny", "hardware": "test-hw", "results_dir": str(tmp_path / "results"),
+             "reports_dir": str(tmp_path / "reports")}, ROOT, main_process=False, cores=2)
+    monkeypatch.chdir(tmp_path)
+    bench = tmp_path / w.res / "_benchmarks"
+    bench.mkdir(parents=True)
+    (tmp_path / w.rep).mkdir(parents=True)
+    (tmp_path / w.rep / "index.md").write_text("run time unknown (no run.json)")
+    w._started = time.time() - 1
+    (bench / "index.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n1.0\t0:00:01\t100\t1.0\n")
+    w.record_run("success", ["reproduce_all"])
+    index = (tmp_path / w.rep / "index.md").read_text()
+    assert "run time unknown" not in index and "min wall for 1 jobs" in index
+
+
 def test_run_core_minutes_are_the_jobs_exact_cpu_time(tmp_path):
     """Issue 38: Snakemake's benchmark samples a job's CPU every 30 s after its first 15 s and never counts what
     the job spends after its last sample (jobs of 132 s wall recorded 103 CPU-s), so run.json's core-minutes come

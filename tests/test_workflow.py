@@ -85,6 +85,17 @@ def test_dry_run_reproduce_all_default(tmp_path):
     assert "index" in out and "translation_evaluate" in out  # the whole suite includes the BLEU benchmark
 
 
+def test_snakemake_report_needs_no_cores(tmp_path):
+    """Snakemake's own idiom after a run, ``snakemake --report report.html``, builds the report without --cores (the
+    Snakefile reads the cores it was given, None here, instead of ``workflow.cores``, which refuses to answer)."""
+    (tmp_path / "results/test-hw/tiny/param_accounting").mkdir(parents=True)  # a tiny results folder: one claim
+    r = smk("--report", str(tmp_path / "report.html"), "--directory", str(tmp_path), "--config", "hardware=test-hw",
+            "scale=tiny", "claims=[param_accounting]")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "total number of cores" not in out, out[-3000:]
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+
+
 def _fresh_copy(repo: Path) -> Path:
     """The checkout's files (tracked and untracked, not ignored; no test fixtures) committed in a new repository."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
@@ -277,6 +288,8 @@ def test_tiny_end_to_end(tmp_path):
     decodes = pd.read_csv(res / "head_pruning/metrics.csv").query("metric == 'decode_calls'")["sweep"]
     assert json.loads(decodes.iloc[0])["groups_kept"] == 4
     assert "## Time per rule" in index and "| translation_train |" in index
+    assert "run time unknown" not in index and "min wall for" in index  # rewritten once run.json was written
+    assert "Run time: " in (tmp_path / "reports/test-hw/tiny/warmup_stability.md").read_text()  # summed over its jobs
     assert "Run time per machine" in (tmp_path / "reports/compare/tiny/index.md").read_text()
     for claim in ("param_accounting", "block_numerics"):
         verdict = json.loads((res / claim / "verdict.json").read_text())

@@ -1,4 +1,4 @@
-"""``python -m repro.report claim|index|rebuild ...``: write a claim page, the index, or rebuild every page from the
+"""``python -m repro.report claim|index|rebuild|docs ...``: write a claim page, the index, or rebuild every page from the
 results files (``rebuild``: every machine and scale under --results, then the indexes, the verdict matrix and the
 hardware comparisons; nothing is measured again: use it after a change to the report code)."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from repro import config, registry
 from repro.io import ResultsError
 
 from .compare import write_compare
+from .docs import ROOT, write_docs
 from .matrix import read_cells, write
 from .pages import ARTEFACT_PAGES, claim_page, index_page
 from .publish import (
@@ -71,7 +72,18 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--references", default="references")
     s.add_argument("--hardware", default=None, help="one machine (default: every reference)")
     s.add_argument("--scale", default=None, choices=config.SCALES, help="one scale (default: every scale)")
+    d = sub.add_parser("docs", help="maintainers: regenerate docs/claims.md and the generated blocks of README.md and "
+                                    "docs/running.md from the registry and the committed references")
+    d.add_argument("--references", default="references")
     return parser
+
+
+def _docs_after(references: str) -> None:
+    """After the committed references changed: the docs' generated facts follow them (only for the checkout's own
+    references folder; a scratch folder's facts are not the repository's)."""
+    if Path(references).resolve() == (ROOT / "references").resolve():
+        for rel in write_docs(ROOT, references):
+            print(f"regenerated {rel}; commit it")
 
 
 def main(argv=None) -> int:
@@ -81,6 +93,9 @@ def main(argv=None) -> int:
             rebuild(args.results, args.reports, args.references)
         elif args.cmd == "rebuild-references":
             rebuild_references(args.references)
+            _docs_after(args.references)
+        elif args.cmd == "docs":
+            print("\n".join(f"regenerated {rel}" for rel in write_docs(ROOT, args.references)) or "docs up to date")
         elif args.cmd == "publish" and args.peers_only:
             if args.claims is not None or args.waiver is not None:
                 raise PublishError("--peers-only publishes no claims: drop --claims and --waiver")
@@ -91,10 +106,12 @@ def main(argv=None) -> int:
             dst = publish(args.hardware, args.scale, args.results, args.references, claims=args.claims,
                           waiver=args.waiver)
             print(f"published {args.results}/{args.hardware}/{args.scale} as {dst}; commit it (git add {args.references})")
+            _docs_after(args.references)
         elif args.cmd == "rejudge-reference":
             names = rejudge_reference(args.hardware, args.scale, args.references, claims=args.claims)
             print(f"re-judged {len(names)} claims of {args.references}/results/{args.hardware}/{args.scale}; "
                   f"commit it (git add {args.references})")
+            _docs_after(args.references)
         elif args.cmd == "seal-reference":
             sealed = seal_reference(args.references, args.hardware, args.scale)
             print(f"sealed {len(sealed)} verdicts under {args.references}/results; commit it (git add {args.references})")

@@ -330,7 +330,7 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
     blocks += [("h2", "Where these numbers come from"),
                ("list", [*_fingerprint_lines(fp), *_waiver_lines(results_dir),
                          f"Full results: `{results_dir}/metrics.csv` ({len(metrics)} rows), `verdict.json`, "
-                         f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s",
+                         f"`config.json`" + _declared_text(verdict), runtime.claim_time_text(results_dir),
                          *_integrity_lines(verdict)])]
     return blocks
 

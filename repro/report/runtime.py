@@ -21,6 +21,7 @@ import pandas as pd
 
 from repro.bench.fingerprint import cpu_mhz, fingerprint
 from repro.io import atomic_write_json, read_json
+from repro.layout import ARTEFACT_JOBS, ARTEFACTS, MEASURING_JOB
 from repro.provenance import git_commit
 from repro.report import hostspeed
 from repro.report.origin import sources
@@ -139,6 +140,60 @@ def totals(frame: pd.DataFrame) -> dict:
     start = (frame["end"] - frame["wall_s"].fillna(0)).min()
     return {"jobs": int(len(frame)), "sum_wall_s": float(frame["wall_s"].sum()),
             "sum_cpu_s": float(frame["cpu_s"].fillna(0).sum()), "elapsed_s": float(frame["end"].max() - start)}
+
+
+def _artefacts_used(results_dir: Path) -> list[str]:
+    """The shared artefacts a claim's measurement read: its measured.json's input records (folder and file under
+    the models folder) matched to repro.layout.ARTEFACTS."""
+    path = results_dir / "measured.json"
+    try:
+        inputs = (read_json(path).get("inputs") or {}) if path.is_file() else {}
+    except Exception:  # a damaged record: the shared models are then not counted, the claim's own jobs still are
+        return []
+    by_place = {(folder, file): name for name, (folder, file, _) in ARTEFACTS.items()}
+    used = {by_place.get((Path(str(rec.get("path", ""))).name, rec.get("file"))) for rec in inputs.values()
+            if isinstance(rec, dict)}
+    return sorted(used - {None})
+
+
+def claim_time(results_dir: str | Path) -> dict:
+    """A claim's run time from the benchmark files beside its results (results/<hw>/<scale>/_benchmarks/): its own
+    jobs (the measurement and its parts, judging, the page) and the jobs that built the shared models it read.
+    ``{"own": frame, "shared": frame}`` (rows of :func:`read_benchmarks`)."""
+    results_dir = Path(results_dir)
+    claim, scale_dir = results_dir.name, results_dir.parent
+    frame = read_benchmarks(scale_dir.parent.parent, scale_dir.parent.name, scale_dir.name)
+    if frame.empty:
+        return {"own": frame, "shared": frame}
+    own = frame["job"].eq(MEASURING_JOB.get(claim, claim)) | frame["job"].str.startswith(f"{claim}.")
+    shared_jobs = {job for name in _artefacts_used(results_dir) for job in ARTEFACT_JOBS[name]}
+    return {"own": frame[own], "shared": frame[frame["job"].isin(shared_jobs) & ~own]}
+
+
+def claim_time_text(results_dir: str | Path) -> str:
+    """One line for a claim's page: the wall time and core-minutes summed over its jobs, and over the shared models
+    it needs (named, since other claims share them), from Snakemake's benchmark files."""
+    t = claim_time(results_dir)
+    own, shared = t["own"], t["shared"]
+    if own.empty:
+        return f"Run time: unknown (no benchmark file of its jobs under {BENCH_DIR}/ beside these results)"
+
+    def minutes(frame: pd.DataFrame) -> tuple[float, float]:
+        return float(frame["wall_s"].fillna(0).sum()) / 60, float(frame["cpu_s"].fillna(0).sum()) / 60
+
+    claim = Path(results_dir).name
+    roles = {MEASURING_JOB.get(claim, claim): "measuring", f"{claim}.verdict": "judging", f"{claim}.report": "page"}
+    parts = int(own["job"].str.startswith(f"{claim}.part").sum())
+    kinds = ([f"{parts} parts"] if parts else []) + [roles[j] for j in roles if j in set(own["job"])]
+    wall, cpu = minutes(own)
+    text = (f"Run time: {wall:.1f} min of job wall time summed over the claim's {len(own)} jobs "
+            f"({', '.join(kinds)}), {cpu:.1f} core-minutes")
+    if not shared.empty:
+        s_wall, s_cpu = minutes(shared)
+        names = ", ".join(f"{r.job} {(r.wall_s or 0) / 60:.1f} min" for r in shared.itertuples())
+        text += (f"; with the shared models it reads ({names}; their time counts for every claim that reads them) "
+                 f"{wall + s_wall:.1f} min and {cpu + s_cpu:.1f} core-minutes in all")
+    return text + f" (Snakemake's benchmark files, {BENCH_DIR}/; the jobs may have run side by side)"
 
 
 def _fmt_s(s) -> str:

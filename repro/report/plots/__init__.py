@@ -14,26 +14,30 @@ One visual convention for every figure (also the hardware comparison, repro/repo
   "paper: ..."; the numbers come from the registry (:func:`published`), never typed into plot code;
 - shared colour and axis scales wherever panels are compared (``sharey``/one ``vmin``/``vmax`` per figure);
 - legends outside the data area when they would cover it (:func:`legend_outside`);
-- one figure per question; the figure that answers the claim's headline marks its axis (:func:`mark_headline`),
+- one figure per question; the figure that answers the claim's headline marks its axis and draws the criterion it
+  was held against inside it (:func:`mark_headline`, :func:`draw_criterion`: a dark red band or dotted line),
   and a test renders every claim's figures from its committed reference and checks that the headline's measured
-  value, its interval and the paper's value lie inside that axis (tests/test_figures.py). A claim none of whose
+  value, its interval, the paper's value and the criterion lie inside that axis (tests/test_figures.py). A claim none of whose
   figures shows the headline draws it with :func:`headline_figure`.
 """
 import fnmatch
 import json
+import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # figures go to files only; set before pyplot is imported
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullFormatter, NullLocator, ScalarFormatter  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from repro import registry  # noqa: E402
 from repro.io import artifact_path, declared_files, read_verdict  # noqa: E402
 
+CRITERION_COLOR = "#b2182b"  # the criterion that decided the headline: dark red, apart from the palette and the paper
 PUBLISHED_COLOR = "black"
 PUBLISHED_STYLE = {"color": PUBLISHED_COLOR, "ls": "--", "lw": 1.2}
 BAND_STYLE = {"color": "0.55", "alpha": 0.18, "lw": 0}
@@ -126,20 +130,77 @@ def headline_numbers(files: "ResultFiles") -> dict | None:
     return None if check is None else check.get("numbers")
 
 
-def mark_headline(ax, axis: str, to_axis=None) -> None:
+_NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+_BAND = re.compile(rf"({_NUMBER})\s*\+-\s*({_NUMBER})\s*(%?)")
+_RANGE = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]")
+_THRESHOLD = re.compile(rf"(>=|<=|>|<)\s*({_NUMBER})")
+
+
+def criterion(nums: dict | None) -> tuple[float, float] | None:
+    """The criterion that decided the headline as the span it puts on the headline's axis: ``(c - w, c + w)`` for a
+    band ("34 +- 5%", "3 +- 0.5", "slope 0.5 +- 0.1") or a range
+    ("within [0.4, 0.6]"), ``(t, t)`` for a threshold ("> 0.5", "drop < 0.15 BLEU ...", ">= 20"), the
+    paper's value for "exact"; read from the headline's ``rule`` (repro.verdicts.numbers, written by the judge from
+    its thresholds). None when the headline has no rule in these forms."""
+    rule = str((nums or {}).get("rule") or "")
+    band, span = _BAND.search(rule), _RANGE.search(rule)
+    if span:
+        return float(span.group(1)), float(span.group(2))
+    if band:
+        centre, width = float(band.group(1)), float(band.group(2))
+        width = abs(centre) * width / 100 if band.group(3) else width
+        return centre - width, centre + width
+    threshold = _THRESHOLD.search(rule)
+    if threshold:
+        return float(threshold.group(2)), float(threshold.group(2))
+    if rule.strip() == "exact" and (nums or {}).get("paper") is not None:
+        return float(nums["paper"]), float(nums["paper"])
+    return None
+
+
+def draw_criterion(ax, axis: str, nums: dict | None, to_axis=None) -> None:
+    """The criterion of :func:`criterion` drawn on ``ax`` along ``axis``: a dark red band or dotted line labelled
+    with its rule (the suite's or the paper's), the axis widened to hold it with a margin (a figure zoomed on the
+    measured value must still show what it was held against). Records the span as ``ax.repro_criterion``."""
+    span = criterion(nums)
+    if span is None:
+        return
+    to_axis = to_axis or (lambda v: v)
+    lo, hi = sorted((to_axis(span[0]), to_axis(span[1])))
+    whose = "the suite's criterion" if nums.get("criterion") == "suite" else "criterion"
+    label = f"{whose}: {nums['rule']}"
+    if hi > lo:
+        (ax.axvspan if axis == "x" else ax.axhspan)(lo, hi, color=CRITERION_COLOR, alpha=0.10, lw=0, label=label)
+    else:
+        (ax.axvline if axis == "x" else ax.axhline)(lo, color=CRITERION_COLOR, ls=":", lw=1.6, label=label)
+    get, set_ = (ax.get_xlim, ax.set_xlim) if axis == "x" else (ax.get_ylim, ax.set_ylim)
+    a, b = get()
+    flipped = a > b
+    a, b = sorted((a, b))
+    if lo <= a or hi >= b:  # widened: a margin on both sides, so neither the criterion nor the data touch an edge
+        pad = 0.08 * (max(b, hi) - min(a, lo) or abs(hi) or 1.0)
+        new = (min(a, lo) - pad, max(b, hi) + pad)
+        set_(*(new[::-1] if flipped else new))
+    ax.repro_criterion = (lo, hi)
+
+
+def mark_headline(ax, axis: str, to_axis=None, nums: dict | None = None) -> None:
     """Mark ``ax`` as the panel that shows the claim's headline along ``axis`` ('x' or 'y'); ``to_axis`` maps a
     headline number (value, interval, paper) to where it is drawn on that axis, when the panel shows it in other
-    terms (e.g. measured / published). The figure test checks those numbers lie inside the axis limits."""
+    terms (e.g. measured / published). With the headline's ``nums``, its criterion is drawn inside the axis
+    (:func:`draw_criterion`). The figure test checks those numbers and the criterion lie inside the axis limits."""
+    draw_criterion(ax, axis, nums, to_axis)
     ax.repro_headline = (axis, to_axis or (lambda v: v))
 
 
-def save_headline(fig, ax, out_dir, name: str, xlabel: str, title: str, caption: str) -> list[tuple[str, str]]:
-    """Finish and save a figure whose ``ax`` shows the headline along x: labels, the legend outside, the headline
-    mark (:func:`mark_headline`); returns ``[(name, caption)]`` for the claim page."""
+def save_headline(fig, ax, out_dir, name: str, xlabel: str, title: str, caption: str, nums: dict | None = None
+                  ) -> list[tuple[str, str]]:
+    """Finish and save a figure whose ``ax`` shows the headline along x: labels, the headline mark with its
+    criterion (:func:`mark_headline`), the legend outside; returns ``[(name, caption)]`` for the claim page."""
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=9)
+    mark_headline(ax, "x", nums=nums)
     legend_outside(ax)
-    mark_headline(ax, "x")
     save(fig, out_dir, name)
     return [(name, caption)]
 
@@ -156,6 +217,35 @@ def plain_log_ticks(ax, axis: str, ticks) -> None:
     target.set_major_formatter(ScalarFormatter())
     target.set_minor_locator(NullLocator())
     target.set_minor_formatter(NullFormatter())
+
+
+def integer_ticks(ax, axis: str = "x", values=None) -> None:
+    """Whole-number ticks on an axis of layers, depths or counts (no "1.5 layers"): at ``values`` when given (the
+    depths measured), else at most ten integers the axis spans."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if values is not None:
+        target.set_major_locator(FixedLocator(sorted({int(v) for v in values})))
+    else:
+        target.set_major_locator(MaxNLocator(nbins=10, integer=True))
+    target.set_minor_locator(NullLocator())
+
+
+def grid_labels(grid, xlabel: str, ylabel: str) -> None:
+    """A seaborn FacetGrid's axis labels, the y label once for the figure when it has several rows (per row it is
+    printed beside each, the same words over one another)."""
+    if grid.axes.shape[0] > 1:
+        grid.set_axis_labels(xlabel, "")
+        grid.figure.supylabel(ylabel, fontsize=10, x=-0.01)  # left of the widest tick labels (log axes)
+    else:
+        grid.set_axis_labels(xlabel, ylabel)
+
+
+def wrap_ticks(ax, axis: str = "x", width: int = 14) -> None:
+    """Category tick labels broken into lines of at most ``width`` characters, so neighbours never overlap."""
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    texts = [textwrap.fill(t.get_text(), width, break_long_words=False) for t in labels]
+    ticks = ax.get_xticks() if axis == "x" else ax.get_yticks()
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(ticks, texts)
 
 
 def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", label: str | None = None,
@@ -185,11 +275,16 @@ def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", l
     title = label or headline_name(files.verdict.get("claim"), check)
     if paper is None:
         title += f"\nno paper value in this unit; the claim: {nums.get('paper_text') or 'none stated'}"
+    # the criterion is drawn only on the axis of the quantity it decided (a headline shown in the paper's unit but
+    # decided on another names its criterion in the title instead)
+    drawn = interval == "interval that decided" and criterion(nums) is not None
     return save_headline(fig, ax, out_dir, name, nums.get("unit") or "", title,
                          f"The headline: the measured value with its {interval}"
                          + ("" if interval == "interval that decided" or not label else f" ({label.splitlines()[-1]})")
-                         + (" beside the paper's value (dashed)." if paper is not None else
-                            f"; the paper gives no number in this unit ({nums.get('paper_text') or 'none stated'})."))
+                         + (" beside the paper's value (dashed)" if paper is not None else
+                            f"; the paper gives no number in this unit ({nums.get('paper_text') or 'none stated'})")
+                         + (f"; red: the criterion it was held against ({nums['rule']})." if drawn else "."),
+                         nums if drawn else {**nums, "rule": None})
 
 
 def save(fig, out_dir, name: str) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, headline_figure, PUBLISHED_COLOR, legend_outside, median_error_bars, published, published_line, published_points, save
+from . import ResultFiles, headline_figure, wrap_ticks, PUBLISHED_COLOR, legend_outside, median_error_bars, published, published_line, published_points, save
 
 # registry keys of Korthikanti Eq. 1's coefficients per (section, kind)
 PUBLISHED_KEYS = {("attention", "sbh"): "korthikanti_attention_sbh_coeff", ("mlp", "sbh"): "korthikanti_mlp_sbh_coeff",
@@ -39,6 +39,7 @@ def _terms(metrics, out_dir):
                     label="paper: Korthikanti Eq. 1" if i == 0 else None)
     ax.set_ylabel("bytes / sbh  or  / as^2b (16-bit convention)")
     ax.set_xlabel(f"term ({m['dtype'].iloc[0]} run)")
+    wrap_ticks(ax, "x", 12)
     legend_outside(ax)
     save(fig, out_dir, "terms.png")
     k = {sk: published("activation_checkpointing", key) for sk, key in PUBLISHED_KEYS.items()}

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, headline_figure, published_points
+from . import ResultFiles, headline_figure, published_points, wrap_ticks
 
 
 def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
@@ -28,6 +28,7 @@ def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[s
         ax.axhline(1.0, color="gray", ls="--", lw=1)
         ax.set_ylabel("final loss / ln(vocab)")
         ax.set_xlabel("")
+        wrap_ticks(ax, "x", 14)
         fig.tight_layout(); fig.savefig(out_dir / "deep_stack.png", dpi=110); plt.close(fig)
         out.append(("deep_stack.png", "Copy task: final training loss relative to chance; 1 = nothing learned."))
     return out

@@ -112,10 +112,13 @@ def _quality_panel(ax, d: pd.DataFrame, s: str, rules: list[str], pal: dict, ban
     """One stack's quality vs % removed: a line per rule (unhealed), healed stars, the control, the collapse
     threshold and Gromov's published collapse points."""
     base = d[(d["rule"] == "none") & ~d["healed"]]["value"].mean()
+    # a marker and a dash per rule: two rules that pick the same layers draw the same line, and one hid the other
+    style = dict(zip(rules, [("o", "-"), ("s", (0, (5, 2))), ("^", "-."), ("D", ":")] * 2))
     for rule in rules:
         u = d[((d["rule"] == rule) | (d["rule"] == "none")) & ~d["healed"]]
         u = u.groupby("percent")["value"].mean().sort_index()
-        ax.plot(u.index, u.values, marker="o", ms=3, color=pal[rule], label=rule)
+        ax.plot(u.index, u.values, marker=style[rule][0], ms=4, ls=style[rule][1], mfc="none", color=pal[rule],
+                label=rule)
         h = d[(d["rule"] == rule) & d["healed"]].sort_values("percent")
         if len(h):
             ax.plot(h["percent"], h["value"], marker="*", ms=9, ls="--", color=pal[rule],

@@ -70,9 +70,9 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
         ax.set_xlabel("measured / published")
         ax.set_title("Does each counted quantity match the published number?"
                      + (f"\n(black: the headline, {head})" if head else ""), fontsize=9)
-        legend_outside(ax)
         if nums.get("paper"):
-            mark_headline(ax, "x", lambda v, p=float(nums["paper"]): v / p)
+            mark_headline(ax, "x", lambda v, p=float(nums["paper"]): v / p, nums)
+        legend_outside(ax)
         save(fig, out_dir, "measured_vs_published.png")
         out.append(("measured_vs_published.png", "Measured / published for every published figure, in the "
                     "measured row's unit (1 = exact; the axis spans the largest deviation)."))

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import ResultFiles, headline_figure, legend_outside, plain_log_ticks, published, published_line, save as _save, with_sweep as _sweep
+from . import ResultFiles, grid_labels, headline_figure, integer_ticks, legend_outside, plain_log_ticks, published, published_line, save as _save, with_sweep as _sweep
 
 
 def _figures(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
@@ -23,10 +23,19 @@ def _per_layer(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
     ffn = g[g["matrix"].isin(["ffn.fc1", "ffn.fc2"])]
     if len(ffn):
         ffn = ffn.assign(layout=ffn["norm"] + " " + ffn["position"] + "-norm")
-        grid = sns.relplot(data=ffn, x="layer", y="value", hue="layout", style="position", col="matrix", row="stack",
-                           kind="line", marker="o", errorbar="sd", height=2.8, aspect=1.3)
+        # the norms a little apart along the layer axis, each with its marker and dash: RMSNorm and ScaleNorm
+        # coincide at init and drew one line over the other
+        norms = sorted(set(ffn["norm"]))
+        shift = {n: 0.12 * (i - (len(norms) - 1) / 2) for i, n in enumerate(norms)}
+        ffn = ffn.assign(layer=ffn["layer"].astype(float) + ffn["norm"].map(shift))
+        marks = dict(zip(norms, ["o", "s", "^", "D"] * 2))
+        dashes = dict(zip(norms, ["", (4, 2), (1, 1), (3, 1, 1, 1)] * 2))
+        grid = sns.relplot(data=ffn, x="layer", y="value", hue="layout", style="norm", col="matrix", row="stack",
+                           kind="line", markers=marks, dashes=dashes, errorbar="sd", height=2.8, aspect=1.3)
         grid.set(yscale="log")
-        grid.set_axis_labels("layer", "||grad W||_F")
+        for ax in grid.axes.flat:
+            integer_ticks(ax, "x", ffn["layer"].round())
+        grid_labels(grid, "layer", "||grad W||_F")
         grid.figure.suptitle("Fig 3(a,b) analogue: FFN weight gradient norm at init (mean +- sd over seeds)", y=1.02)
         grid.figure.savefig(out_dir / "per_layer_ffn_grads.png", dpi=110, bbox_inches="tight")
         plt.close(grid.figure)
@@ -34,7 +43,8 @@ def _per_layer(metrics: pd.DataFrame, out_dir) -> list[tuple[str, str]]:
         out.append(("per_layer_ffn_grads.png",
                     f"Gradient norm of the FFN weights per layer of a {depth}-{depth} encoder-decoder at init on one "
                     "real batch; paper (Fig 3(a,b)): grows with the layer index for Post-LN, roughly flat for Pre-LN. "
-                    "RMSNorm and ScaleNorm coincide at init (both are sqrt(d) x / ||x|| with unit gains)."))
+                    "RMSNorm and ScaleNorm coincide at init (both are sqrt(d) x / ||x|| with unit gains): the norms are set a "
+                    "little apart along the layer axis, each with its own marker and dash."))
         out += _heatmap(g, out_dir)
     return out
 

@@ -10,7 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 
-from . import (ResultFiles, legend_outside, published, published_line, save as _save, save_headline,
+from . import (ResultFiles, grid_labels, headline_numbers, legend_outside, published, published_line, save as _save, save_headline,
                with_sweep as _sweep)
 
 ORDER = ("attention", "attention_skip", "attention_mlp", "full_post", "full_pre")
@@ -44,7 +44,8 @@ def _exponents(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple
         fig, ax, out_dir, "exponent.png", "per-layer exponent of ln rho (slope of ln rho_(L+1) on ln rho_L)",
         f"Does pure attention collapse doubly exponentially (exponent {paper:g})?", "Per-layer exponent of the residual's collapse per stack and init (mean over seeds, "
              "bar: spread): Dong et al.'s pure attention collapses with exponent 3 (dashed); skip connections "
-             "give ~1 (dotted); the headline is pure attention at PyTorch's init.")
+             "give ~1 (dotted); the headline is pure attention at PyTorch's init; red: the criterion.",
+        headline_numbers(files))
 
 
 def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
@@ -100,15 +101,19 @@ def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str,
     if len(g):
         g["ratio"] = np.where(g["metric"] == "log_q_over_v_grad", "Q/V", "K/V")
         g["init"] = g["init"].fillna("xavier (single init)")
+        # K/V a little right of its depth (log axis): it often equals Q/V, and drawn in place it hid it
+        g["depth"] = g["depth"].astype(float) * np.where(g["ratio"] == "K/V", 1.12, 1.0)
         grid = sns.relplot(data=g, x="depth", y="value", hue="residual_scale", style="ratio", col="position",
-                           row="init", kind="line", marker="o", height=2.8, aspect=1.2)
+                           row="init", kind="line", markers={"Q/V": "o", "K/V": "X"},
+                           dashes={"Q/V": "", "K/V": (4, 2)}, height=2.8, aspect=1.2)
         for ax in grid.axes.flat:
             ax.set_xscale("log", base=2)
-        grid.set_axis_labels("L", "mean over layers of ln(||dW_Q or K|| / ||dW_V||)")
+        grid_labels(grid, "L", "mean over layers of ln(||dW_Q or K|| / ||dW_V||)")
         grid.figure.savefig(out_dir / "qk_over_v_grads.png", dpi=110, bbox_inches="tight")
         plt.close(grid.figure)
         out.append(("qk_over_v_grads.png", "Query/key vs value gradient norms at init vs depth, residual branches "
-                    "scaled by 1 or 1/sqrt(L), per init (Noci et al.: Q/K gradients vanish under rank collapse)."))
+                    "scaled by 1 or 1/sqrt(L), per init (Noci et al.: Q/K gradients vanish under rank collapse); K/V (crosses, "
+                    "dashed) is drawn a little right of its depth so that it does not hide Q/V where they agree."))
     c = _sweep(metrics[metrics["metric"] == "token_cosine"], "init", "position", "depth", "scaled")
     if len(c):
         c["residual scale"] = np.where(c["scaled"], "1/sqrt(L)", "1")

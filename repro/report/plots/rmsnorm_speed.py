@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import (ResultFiles, legend_outside, mark_headline, median_error_bars, published, published_band, published_line,
+from . import (ResultFiles, grid_labels, headline_numbers, legend_outside, mark_headline, median_error_bars, published, published_band, published_line,
                save)
 
 
@@ -35,7 +35,7 @@ def _op_ratio(metrics, out_dir):
         ax.set_xscale("log", base=2)
         ax.axhline(1.0, color="gray", lw=1)
         published_band(ax, 1 - high / 100, 1 - low / 100, f"{low:g}%~{high:g}% reduction")
-    g.set_axis_labels("hidden size", "time RMSNorm / LayerNorm")
+    grid_labels(g, "hidden size", "time RMSNorm / LayerNorm")
     g.savefig(out_dir / "op_ratio.png", dpi=110, bbox_inches="tight"); plt.close(g.figure)
     return ("op_ratio.png", "Op level: median of per-round paired time ratios RMSNorm / LayerNorm per provider "
             f"(below 1: RMSNorm faster). Grey band: the paper's {low:g}%~{high:g}% reduction (ratio "
@@ -60,7 +60,7 @@ def _op_bandwidth(metrics, out_dir):
             "(repro.bench.kernels.norm_bytes) per provider and op.")
 
 
-def _model(metrics, out_dir):
+def _model(metrics, files: ResultFiles, out_dir):
     m = metrics[metrics["metric"].isin(["step_time_reduction_rms", "step_time_reduction_scale"])]
     if not len(m):
         return None
@@ -79,7 +79,7 @@ def _model(metrics, out_dir):
     ax.set_xlabel("training-step running-time reduction vs LayerNorm (%)")
     ax.set_title(f"Is a training step with RMSNorm faster than with LayerNorm by the paper's {transformer:g}%?",
                  fontsize=9)
-    mark_headline(ax, "x")
+    mark_headline(ax, "x", nums=headline_numbers(files))
     legend_outside(ax)
     save(fig, out_dir, "model_reduction.png")
     return ("model_reduction.png", "Whole model: running-time reduction of a training step (median paired ratio; "
@@ -88,4 +88,4 @@ def _model(metrics, out_dir):
 
 
 def plots(metrics: pd.DataFrame, files: ResultFiles, out_dir) -> list[tuple[str, str]]:
-    return [o for o in (_op_ratio(metrics, out_dir), _op_bandwidth(metrics, out_dir), _model(metrics, out_dir)) if o]
+    return [o for o in (_op_ratio(metrics, out_dir), _op_bandwidth(metrics, out_dir), _model(metrics, files, out_dir)) if o]

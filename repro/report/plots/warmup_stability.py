@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from . import (ResultFiles, headline_figure, headline_numbers, legend_outside, published,  # noqa: E402
+from . import (ResultFiles, grid_labels, headline_figure, headline_numbers, integer_ticks, published,  # noqa: E402
                published_points)
 
 
@@ -80,7 +80,7 @@ def _curve_plots(metrics: pd.DataFrame, cur: pd.DataFrame, out_dir: Path) -> lis
     if len(main):
         g = sns.relplot(data=main, x="step", y="value", hue="config", col="lr", row="kind", kind="line",
                         errorbar="sd", height=2.8, aspect=1.3, facet_kws={"sharey": False})
-        g.set_axis_labels("update", "nats/token")
+        grid_labels(g, "update", "nats/token")
         _entropy_lines(g, metrics)
         g.savefig(out_dir / "loss_curves.png", dpi=100)
         plt.close(g.figure)
@@ -108,7 +108,7 @@ def _bleu(metrics: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
     b["config"] = b["sweep"].map(lambda s: f"L{s['layers']} lr {s['lr']:g} {_label(s)}")
     b = b.sort_values("config")
     n_cfg = b["config"].nunique()
-    fig, ax = plt.subplots(figsize=(7, 0.35 * n_cfg + 1.2))
+    fig, ax = plt.subplots(figsize=(7.5, 0.35 * n_cfg + 1.6))
     sns.barplot(data=b, y="config", x="value", errorbar="sd", color=sns.color_palette()[0], ax=ax,
                 label="measured (greedy, test subset; mean +- sd over seeds)")
     state = np.random.get_state()  # the dots' jitter draws from numpy's global generator: fixed, so a page
@@ -125,7 +125,8 @@ def _bleu(metrics: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
     ax.set_xlabel("BLEU")
     ax.set_ylabel("")
     ax.tick_params(axis="y", labelsize=9)
-    legend_outside(ax)
+    # the legend under the axes: beside them, it and the long configuration names left the bars ~70 px
+    ax.legend(loc="upper center", bbox_to_anchor=(0.35, -0.22 - 0.6 / n_cfg), ncol=2, frameon=False, fontsize=8)
     fig.tight_layout()
     fig.savefig(out_dir / "bleu.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -156,6 +157,7 @@ def _depth(metrics: pd.DataFrame, out_dir: Path) -> list[tuple[str, str]]:
     bad = nll[nll["diverged"]]
     if len(bad):
         ax.scatter(bad["layers"], [ax.get_ylim()[1]] * len(bad), marker="v", color="red", label="diverged")
+    integer_ticks(ax, "x", nll["layers"])
     ax.set_xlabel("layers (encoder = decoder)")
     ax.set_ylabel("final valid NLL (no warm-up)")
     ax.legend(fontsize=8)
