@@ -98,7 +98,7 @@ def test_figures_are_legible(claim, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("rule, paper, span", [
     ("34 +- 5%", None, (32.3, 35.7)), ("3 +- 0.5", None, (2.5, 3.5)), ("-1.342 +- 0.0005", None, (-1.3425, -1.3415)),
-    ("slope 0.5 +- 0.1", None, (0.4, 0.6)), ("within [0.4, 0.6]", None, (0.4, 0.6)), ("> 0.5 (the deeper half)", None,
+    ("slope 0.5 +- 0.1", None, (0.4, 0.6)), ("within [0.4, 0.6]", None, (0.4, 0.6)), ("0.3..0.7", None, (0.3, 0.7)), ("> 0.5 (the deeper half)", None,
     (0.5, 0.5)), ("drop < 0.15 BLEU at every level up to 20%", None, (0.15, 0.15)), (">= 20", None, (20.0, 20.0)),
     ("exact", 7.0, (7.0, 7.0)), ("the paper's direction", None, None)])
 def test_criterion_is_read_from_the_headline_rule(rule, paper, span):

@@ -132,20 +132,21 @@ def headline_numbers(files: "ResultFiles") -> dict | None:
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 _BAND = re.compile(rf"({_NUMBER})\s*\+-\s*({_NUMBER})\s*(%?)")
-_RANGE = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]")
+_RANGE = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]|^\s*({_NUMBER})\s*\.\.\s*({_NUMBER})\s*$")
 _THRESHOLD = re.compile(rf"(>=|<=|>|<)\s*({_NUMBER})")
 
 
 def criterion(nums: dict | None) -> tuple[float, float] | None:
     """The criterion that decided the headline as the span it puts on the headline's axis: ``(c - w, c + w)`` for a
     band ("34 +- 5%", "3 +- 0.5", "slope 0.5 +- 0.1") or a range
-    ("within [0.4, 0.6]"), ``(t, t)`` for a threshold ("> 0.5", "drop < 0.15 BLEU ...", ">= 20"), the
+    ("within [0.4, 0.6]", "0.3..0.7"), ``(t, t)`` for a threshold ("> 0.5", "drop < 0.15 BLEU ...", ">= 20"), the
     paper's value for "exact"; read from the headline's ``rule`` (repro.verdicts.numbers, written by the judge from
     its thresholds). None when the headline has no rule in these forms."""
     rule = str((nums or {}).get("rule") or "")
     band, span = _BAND.search(rule), _RANGE.search(rule)
-    if span:
-        return float(span.group(1)), float(span.group(2))
+    if span:  # "[a, b]" or a whole rule "a..b"
+        lo, hi = (span.group(1), span.group(2)) if span.group(1) is not None else (span.group(3), span.group(4))
+        return float(lo), float(hi)
     if band:
         centre, width = float(band.group(1)), float(band.group(2))
         width = abs(centre) * width / 100 if band.group(3) else width
