@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from repro import config, provenance, registry
+from repro import config, plan, provenance, registry
 from repro.cli import load_json_option, setup_logging
 from repro.errors import ConfigError
 from repro.io import read_metrics, write_verdict
@@ -68,7 +68,8 @@ def rejudge(claim: str, out: Path, scale: str, thresholds: dict | None = None, j
     elif judge_key is None:
         needs = tuple((measured.get("keys") or {}).get("needs") or ())
         judge_key = provenance.claim_keys(claim, stored["config"], needs, thresholds)["judge"]
-    extra = {"runtime_s": measured.get("runtime_s"), "thresholds": thresholds}
+    extra = {"runtime_s": measured.get("runtime_s"), "thresholds": thresholds,
+             **plan_record(claim, scale, measured, stored, thresholds)}
     if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
         extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),
                              "previous_verdict": old.get("verdict")}
@@ -78,12 +79,24 @@ def rejudge(claim: str, out: Path, scale: str, thresholds: dict | None = None, j
     return verdict
 
 
+def plan_record(claim: str, scale: str, measured: dict, stored: dict, thresholds: dict) -> dict:
+    """What verdict.json records of the plan: the checkout's ``plan_key`` (its plan block, the measurement's
+    parameters as their recorded config key, these thresholds), the ``plan`` block, and ``plan_measured_key``, the key
+    measured.json recorded (None: measured before plans; another key: the thresholds or the plan changed after
+    measuring)."""
+    params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
+    config_key = (measured.get("keys") or {}).get("config") or provenance.config_key(params)
+    return {**plan.record(plan.block(claim, scale), config_key, thresholds),
+            "plan_measured_key": measured.get("plan_key")}
+
+
 def judge_context(scale: str, params: dict, measured: dict, fingerprint: dict | None = None) -> dict:
     """What a judge receives beside the rows and thresholds: the scale, the measured parameters (config.json), the
     hardware id, the device the measurement ran on (None when it did not record one), everything else the
     measurement recorded in measured.json's ``context`` (e.g. the machine's ``load``), and from its fingerprint.json
     the ``software`` it ran with ({package: version}; {} when none is recorded) and ``torch_threads`` (None for a
-    result measured before it was recorded)."""
+    result measured before it was recorded). The judge reads the plan (``plan``: its looks) from the context too:
+    :func:`judge_stored` and :func:`judge_rows` add the checkout's."""
     recorded, fingerprint = dict(measured.get("context") or {}), fingerprint or {}
     return {**recorded, "scale": scale, "params": params, "hardware": measured.get("hardware"),
             "device": recorded.get("device"), "software": dict(fingerprint.get("software") or {}),
@@ -104,8 +117,8 @@ def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: 
     as :func:`judge_stored` reads them through repro.io.read_metrics."""
     params = config.section(claim, scale) if params is None else params
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
-    ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, **context, "scale": scale,
-           "params": params}
+    ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, "plan": plan.block(claim, scale),
+           **context, "scale": scale, "params": params}
     return load_judge(claim)(registry.with_published(rows), dict(thresholds), ctx)  # rows carry the key only
 
 
@@ -148,7 +161,8 @@ def judge_stored(claim: str, out: Path, scale: str, thresholds: dict | None = No
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
     params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
     fingerprint = json.loads((out / "fingerprint.json").read_text())
-    verdict = load_judge(claim)(rows, dict(thresholds), judge_context(scale, params, measured, fingerprint))
+    context = {**judge_context(scale, params, measured, fingerprint), "plan": plan.block(claim, scale)}
+    verdict = load_judge(claim)(rows, dict(thresholds), context)
     return verdict, measured, stored
 
 

@@ -119,7 +119,7 @@ def sized(items: list[tuple[bool | None, dict | None]], mode: str = "all") -> tu
 
 def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
           interval: str | None = None, undecided_because: str | None = None, numbers: dict | None = None,
-          thresholds: Mapping | None = None, power: dict | None = None) -> dict:
+          thresholds: Mapping | None = None, power: dict | None = None, look: dict | None = None) -> dict:
     """One verdict criterion: what was measured, what the paper says, and whether it holds.
 
     ``headline``: the claim's main statement (see ``verdict_from_checks``). ``interval``: the uncertainty that
@@ -127,7 +127,8 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
     check; ``undecided_because`` says why (the control did not learn, the spread is too wide, a CPU stand-in...).
     ``numbers`` (:func:`numbers`): the check's measured value and the paper's, as numbers, for the headline tables
     of the matrix and the pages. ``thresholds`` (:func:`uses`): the judge's thresholds this check decided with.
-    ``power`` (:func:`power`): the sample size that would decide it, for the page's "What would decide this"."""
+    ``power`` (:func:`power`): the sample size that would decide it, for the page's "What would decide this".
+    ``look``: the planned look that decided it ({k, of, n, confidence}: repro.plan.sequential)."""
     if passed is None and not undecided_because:
         undecided_because = "not decided by this run"
     if headline and passed is not None and interval and numbers is not None and numbers.get("value") is not None \
@@ -143,6 +144,8 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
         out["thresholds"] = dict(thresholds)
     if power is not None:
         out["power"] = dict(power)
+    if look is not None:
+        out["look"] = dict(look)
     return out
 
 

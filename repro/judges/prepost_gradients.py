@@ -8,9 +8,11 @@ config/claims/prepost_gradients.yaml. The paper's constants come from the regist
 from __future__ import annotations
 
 import math
+import statistics
 
+from repro import plan as plans
 from repro import registry
-from repro.intervals import t_interval
+from repro.intervals import sample_interval_at, t_interval
 from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, power, setup_table, side,
                             sized, uses, verdict_from_checks)
 from repro.vocabulary.prepost_gradients import CLAIM, FFN_MATRICES
@@ -44,7 +46,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
       lies wholly outside, undecided otherwise (noise never widens the tolerance).
     """
     R, T, params = Rows(rows), thresholds, context["params"]
-    checks = [*_layer_slope_checks(R, params["norms"], T), *_depth_exponent_checks(R, T),
+    at = plans.looks_for(context.get("plan"), params, "seeds")
+    checks = [*_layer_slope_checks(R, params["norms"], T), *_depth_exponent_checks(R, T, _fig3_seeds(R, params, at)),
               *_lemma2_postln_checks(R, T), *_lemma2_preln_checks(R), *_absolute_norm_checks(R)]
     return verdict_from_checks(CLAIM, checks, context["scale"],
                                setup=setup_table(CLAIM, this_setup(params, context.get("device"))))
@@ -178,8 +181,42 @@ def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
     return checks
 
 
-def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
-    """Fig 3(c,d) and the Theorem 1 setting: the final-W2 depth exponents of Post-LN, Pre-LN and their ratio."""
+def _fig3_seeds(R: Rows, params: dict, at: list[int] | None) -> dict | None:
+    """Fig 3(c,d)'s per-seed depth exponents (post, pre, ratio: the slope of ln(norm) on ln(L) per seed, as the
+    measurement fits them) in the order of the ``seeds`` parameter, with the planned look sizes ``at``, for the checks
+    to judge over planned looks (repro.plan.sequential); None without looks or per-seed rows."""
+    per = R.metric("final_w2_grad_norm").where(norm="layernorm")
+    if not at or not per:
+        return None
+    out = {"at": at, "post": [], "pre": [], "ratio": []}
+    for seed in params["seeds"]:
+        post, pre = ({r["sweep"]["depth"]: r["value"] for r in per.where(position=pos, seed=seed)}
+                     for pos in ("post", "pre"))
+        depths = sorted(set(post) & set(pre))
+        if len(depths) < 2:
+            return None
+        lx = [math.log(L) for L in depths]
+        for kind, ys in (("post", [post[L] for L in depths]), ("pre", [pre[L] for L in depths]),
+                         ("ratio", [pre[L] / post[L] for L in depths])):
+            out[kind].append(statistics.linear_regression(lx, [math.log(y) for y in ys]).slope)
+    return out
+
+
+def _looked(seeds: dict, kinds: tuple[str, ...], decide) -> tuple[bool | None, dict, dict]:
+    """A Fig 3(c,d) check over the planned looks: ``decide({kind: (lo, hi)})`` on the first n seeds' intervals at
+    each look's confidence -> (passed, {kind: (mean, lo, hi)} at the deciding look, the look)."""
+    def at_look(n: int, confidence: float):
+        ivs = {k: sample_interval_at(seeds[k][:n], confidence) for k in kinds}
+        return decide({k: iv[1:] for k, iv in ivs.items()}), ivs
+
+    out = plans.sequential(at_look, seeds["at"])
+    return out["passed"], out["result"], {**out["look"], "decided": out["passed"] is not None}
+
+
+def _depth_exponent_checks(R: Rows, c: dict, seeds: dict | None = None) -> list[dict]:
+    """Fig 3(c,d) and the Theorem 1 setting: the final-W2 depth exponents of Post-LN, Pre-LN and their ratio. With
+    planned looks (``seeds``: :func:`_fig3_seeds`), Fig 3(c,d)'s checks are decided at the first look whose interval
+    (at 1 - 0.05 / looks) decides, and record it (``look``)."""
     tol, flat_tol = c["exponent_tolerance"], c["flat_depth_exponent_max"]
     e_post, e_pre = _paper("thm1_postln_depth_exponent"), _paper("thm1_preln_depth_exponent")
     e_ratio = _paper("thm1_preln_over_postln_depth_exponent")
@@ -204,6 +241,9 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
                                 f"post {e_post:g} +- {flat_tol}; pre {e_pre:g} +- {tol} (Theorem 1)",
                                 interval="95% t-interval over seeds (strict at the edges)", undecided_because=why,
                                 thresholds=uses(c, "flat_depth_exponent_max", "exponent_tolerance"), power=pw))
+        if seeds and prefix == "fig3" and post and pre:
+            checks[-1] = _with_looks(checks[-1], seeds, ("post", "pre"), lambda iv: both(
+                decide_within(*iv["post"], *post_band), decide_within(*iv["pre"], *pre_band)))
         checks.append(check(f"{label}: depth exponent of the Pre/Post ratio",
                             decide_within(*_ci(ratio), e_ratio - tol, e_ratio + tol),
                             f"{_txt(ratio)} (mean [95% CI], {int(ratio['n'])} seeds)",
@@ -216,7 +256,28 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
                             thresholds=uses(c, "exponent_tolerance"),
                             power=power(ratio["value"], *_ci(ratio), (e_ratio - tol, e_ratio + tol),
                                         int(ratio["n"] or 1), unit)))
+        if seeds and prefix == "fig3":
+            checks[-1] = _with_looks(checks[-1], seeds, ("ratio",),
+                                     lambda iv: decide_within(*iv["ratio"], e_ratio - tol, e_ratio + tol))
     return checks
+
+
+def _with_looks(chk: dict, seeds: dict, kinds: tuple[str, ...], decide) -> dict:
+    """``chk`` decided over the planned looks instead of once on every seed (:func:`_looked`): its decision, the
+    intervals of the deciding look, the look and the interval's words; its power stays the full sample's."""
+    passed, ivs, look = _looked(seeds, kinds, decide)
+    pct = f"{100 * look['confidence']:g}%"
+    txt = ", ".join(f"{k} {m:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (m, lo, hi) in ivs.items())
+    out = {**chk, "passed": passed, "look": look,
+           "measured": f"d ln(norm)/d ln(L): {txt} (mean [{pct} CI], first {look['n']} of {seeds['at'][-1]} "
+                       f"seeds); {plans.look_text(look)}",
+           "interval": f"{pct} t-interval over the first n seeds at each planned look (n = "
+                       f"{', '.join(map(str, seeds['at']))}; Bonferroni over {look['of']} looks; strict at the edges)",
+           "undecided_because": None if passed is not None else
+           f"no planned look decided: the {pct} interval overlaps or touches the edge of the band at every look"}
+    if chk.get("numbers") and len(kinds) == 1:
+        out["numbers"] = {**chk["numbers"], "value": ivs[kinds[0]][0], "lo": ivs[kinds[0]][1], "hi": ivs[kinds[0]][2]}
+    return out
 
 
 def _lemma2_postln_checks(R: Rows, c: dict) -> list[dict]:

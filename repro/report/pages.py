@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro import registry
+from repro import config, plan, registry
 from repro.report import headline, peers, runtime
 from repro.report.origin import RUN, WAIVER, origin_of
 from repro.io import (CORE_FILES, atomic_write_text, declared_files, read_json, read_metrics, read_verdict,
@@ -295,7 +295,8 @@ def _published_blocks(metrics: pd.DataFrame) -> list[tuple]:
 
 
 def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
-                 figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN) -> list[tuple]:
+                 figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN,
+                 page_dir: Path | None = None) -> list[tuple]:
     info = claim_info(claim)
     blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}")] + headline_blocks(verdict) + [
                            ("quote", info["statement"].strip()),
@@ -304,7 +305,7 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
                            ("p", "**Where this verdict comes from**: " + origin_of(verdict, kind, claim, fp).text()
                             + (". Whether the checkout's code still measures the same is shown in the verdict matrix "
                                "(made when it is viewed: reports/matrix.md)." if kind != RUN else "."))]
-    blocks += integrity_blocks(verdict, kind)
+    blocks += integrity_blocks(verdict, kind) + plan_blocks(verdict, page_dir)
     blocks += verdict_blocks(verdict) + power_blocks(claim, verdict, results_dir) + _published_blocks(metrics)
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
@@ -314,6 +315,34 @@ def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, res
                          f"`config.json`" + _declared_text(verdict), f"Runtime: {verdict.get('runtime_s', '?')} s",
                          *_integrity_lines(verdict)])]
     return blocks
+
+
+def plan_blocks(verdict: dict, page_dir: Path | None = None) -> list[tuple]:
+    """The "Plan" block: the confirmatory plan the verdict was judged under (repro.plan): its key, how it was chosen
+    (links to the records, relative to ``page_dir``), the confirmatory checks, the looks and which decided, the spent
+    seeds; or that none was recorded (a verdict judged before plans, or measured before them)."""
+    block, key = verdict.get("plan"), verdict.get("plan_key")
+    if not block or not key:
+        why = " (measured before plans)" if "plan_key" not in verdict else ""
+        return [("h2", "Plan"), ("p", f"{plan.NONE}{why}.")]
+    def link(path: str) -> str:
+        target = os.path.relpath(config.ROOT / path, page_dir) if page_dir is not None else path
+        return f"[{path}]({Path(target).as_posix()})"
+    measured = verdict.get("plan_measured_key")
+    lines = [f"Plan `{key[:12]}`" + ("" if measured == key else
+                                     " (measured before plans)" if measured is None else
+                                     f"; measured under plan `{measured[:12]}`: the thresholds or the plan changed "
+                                     f"after measuring"),
+             f"How chosen: {block['how']} ({', '.join(link(p) for p in block['chosen_by'])})",
+             "Confirmatory checks: " + ("all" if block["confirmatory"] == "all" else "; ".join(block["confirmatory"]))]
+    looked = [f"{c['name']}: {plan.look_text(c['look'])}" for c in verdict.get("checks") or [] if c.get("look")]
+    if block.get("looks"):
+        lk = block["looks"]
+        lines.append(f"Looks: {lk['param']} at {', '.join(map(str, lk['at']))} ({lk['spending']}); "
+                     + ("; ".join(looked) or "no check judged over them"))
+    if block.get("spent"):
+        lines.append("Spent seeds: " + "; ".join(f"{s['seeds']} ({s['by']})" for s in block["spent"]))
+    return [("h2", "Plan"), ("list", lines)]
 
 
 UNRECORDED = [n for n in CORE_FILES if n != "verdict.json"]  # the files a verdict's integrity record should cover
@@ -509,7 +538,7 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
     results_dir, page, fig_dir = Path(results_dir), Path(page), Path(fig_dir)
     verdict, fp, metrics = read_results(results_dir)
     figures = make_plots(claim, metrics, results_dir, verdict, fig_dir)
-    blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir, kind)
+    blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir, kind, page.parent)
     atomic_write_text(page, render_markdown(blocks, page.parent))
     title = f"{claim} on {verdict.get('hardware')} ({verdict.get('scale')}): {verdict['verdict']}"
     atomic_write_text(page.with_suffix(".html"), render_html(blocks, title))
