@@ -91,7 +91,7 @@ def t_quantile(confidence: float, df: int) -> float:
 
 def sample_interval_at(xs, confidence: float) -> tuple[float, float, float]:
     """(mean, lower, upper) of the t-interval of the mean of ``xs`` at ``confidence`` (an interval of a planned
-    look: repro.plan.sequential); fewer than two values give an unbounded interval."""
+    look: repro.verdicts.sequential); fewer than two values give an unbounded interval."""
     xs = [float(x) for x in xs]
     mean = statistics.fmean(xs) if xs else math.nan
     if len(xs) < 2:

@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from repro import config, provenance
 from repro.errors import ConfigError
@@ -198,38 +198,3 @@ def for_measurement(claim: str, scale: str, config_key: str | None, thresholds: 
     path = Path(config.CONFIG_DIR / "claims" / f"{claim}.yaml")
     return record(block(claim, scale) if path.is_file() else None, config_key, thresholds)
 
-
-def sequential(decide: Callable[[int, float], tuple[bool | None, Any]], at: list[int], alpha: float = 0.05,
-               unit: str = "seeds") -> dict:
-    """A check over planned looks: at look k of K (sizes ``at`` = n_1 < ... < n_K) ``decide(n_k, confidence)``
-    judges the first n_k values at confidence 1 - alpha / K (Bonferroni over the K looks: the chance of a wrong
-    decision at any look stays <= alpha) and returns (held True / failed False / undecided None, what it measured).
-    The first look that decides decides; else undecided at the last. Returns {passed, result, look: {k, of, n,
-    confidence, unit}}."""
-    K = len(at)
-    confidence = 1 - alpha / K
-    for k, n in enumerate(at, 1):
-        passed, result = decide(n, confidence)
-        if passed is not None or k == K:
-            return {"passed": passed, "result": result,
-                    "look": {"k": k, "of": K, "n": n, "confidence": confidence, "unit": unit}}
-    raise ValueError("sequential: no look planned (at is empty)")
-
-
-def look_text(look: Mapping | None) -> str:
-    """'decided at look k of K (n seeds, 97.5% interval)' (or 'undecided at the last look ...')."""
-    if not look:
-        return ""
-    where = f"({look['n']} {look.get('unit', 'seeds')}, {100 * look['confidence']:g}% interval)"
-    if look.get("decided", True):
-        return f"decided at look {look['k']} of {look['of']} {where}"
-    return f"undecided at the last look, {look['k']} of {look['of']} {where}"
-
-
-def looks_for(plan: Mapping | None, params: Mapping, param: str) -> list[int] | None:
-    """The planned look sizes for checks over the values of ``param`` when the measurement used exactly the plan's
-    size of it (a measurement with other seeds, e.g. an override, is judged at one look); None: no looks."""
-    lk = looks(plan)
-    if not lk or lk["param"] != param:
-        return None
-    return list(lk["at"]) if len(_as_list(params.get(param))) == lk["at"][-1] else None

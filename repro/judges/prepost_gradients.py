@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 import statistics
 
-from repro import plan as plans
 from repro import registry
 from repro.intervals import sample_interval_at, t_interval
-from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, power, setup_table, side,
-                            sized, uses, verdict_from_checks)
+from repro.verdicts import (Rows, both, check, decide_interval, decide_within, look_text, looks_for, numbers, power,
+                            sequential, setup_table, side, sized, uses, verdict_from_checks)
 from repro.vocabulary.prepost_gradients import CLAIM, FFN_MATRICES
 
 
@@ -44,10 +43,17 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
       (1 +- ``lemma2_rel_tol``) at every layer; Pre-LN inside [a + b l, a' + b' l] from ``lemma2_preln_sq_norm_lower``
       / ``_upper`` (1 + l/2, 1 + 3l/2) at every layer. Holds when every layer's interval lies inside, fails when one
       lies wholly outside, undecided otherwise (noise never widens the tolerance).
+
+    Planned looks (the plan's ``looks`` over ``seeds``, repro.plan; context["plan"]): when the measurement used the
+    plan's seeds, the Fig 3(a,b) and Fig 3(c,d) checks are judged on the first n_1 < ... < n_K seeds' per-seed fits
+    (from the per-seed rows) at 1 - 0.05/K each (Bonferroni), decided at the first look that decides, and record it
+    (``look``: {k, of, n, confidence}); otherwise once on every seed at 95%. The Theorem 1 setting has its own seeds
+    and no looks.
     """
     R, T, params = Rows(rows), thresholds, context["params"]
-    at = plans.looks_for(context.get("plan"), params, "seeds")
-    checks = [*_layer_slope_checks(R, params["norms"], T), *_depth_exponent_checks(R, T, _fig3_seeds(R, params, at)),
+    at = looks_for(context.get("plan"), params, "seeds")
+    checks = [*_layer_slope_checks(R, params["norms"], T, _slope_seeds(R, params, at)),
+              *_depth_exponent_checks(R, T, _fig3_seeds(R, params, at)),
               *_lemma2_postln_checks(R, T), *_lemma2_preln_checks(R), *_absolute_norm_checks(R)]
     return verdict_from_checks(CLAIM, checks, context["scale"],
                                setup=setup_table(CLAIM, this_setup(params, context.get("device"))))
@@ -140,9 +146,37 @@ def _flat_power(post: dict, pre: dict, ratio: float, n: int) -> dict:
     return power(margin, margin - half, margin + half, 0.0, n, "seeds")
 
 
-def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
+def _grows_and_flat(plo: float, phi: float, qlo: float, qhi: float, c: dict) -> bool | None:
+    """Fig 3(a,b)'s decision from Post-LN's slope interval (plo, phi) and Pre-LN's (qlo, qhi)."""
+    narrow, wide = c["flat_ratio_max"] * max(plo, 0.0), c["flat_ratio_max"] * max(phi, 0.0)
+    flat = True if decide_within(qlo, qhi, -narrow, narrow) else \
+        False if decide_within(qlo, qhi, -wide, wide) is False else None
+    return both(decide_interval(plo, phi, above=c["grow_slope_min"]), flat)
+
+
+def _slope_seeds(R: Rows, params: dict, at: list[int] | None) -> dict | None:
+    """Fig 3(a,b)'s per-seed slopes of ln(FFN gradient norm) on the layer, {(norm, position, stack, matrix): [slope
+    per seed in the order of the ``seeds`` parameter]}, as the measurement fits them, for the planned looks ``at``;
+    None without looks or per-seed rows."""
+    grads = R.metric("weight_grad_norm").filter(lambda r: r["sweep"]["matrix"] in FFN_MATRICES)
+    if not at or not grads:
+        return None
+    out = {"at": at}
+    for key in sorted({tuple(r["sweep"][k] for k in ("norm", "position", "stack", "matrix")) for r in grads}):
+        sel, vals = grads.where(**dict(zip(("norm", "position", "stack", "matrix"), key))), []
+        for seed in params["seeds"]:
+            pts = sorted((r["sweep"]["layer"], r["value"]) for r in sel.where(seed=seed))
+            if len(pts) < 2:
+                return None
+            vals.append(statistics.linear_regression([a for a, _ in pts], [math.log(b) for _, b in pts]).slope)
+        out[key] = vals
+    return out
+
+
+def _layer_slope_checks(R: Rows, norms: list[str], c: dict, seeds: dict | None = None) -> list[dict]:
     """Fig 3(a,b) per norm kind, stack and FFN matrix: Post-LN grows with the layer, Pre-LN roughly flat. Norm
-    kinds whose rows are the same measurement (RMSNorm = ScaleNorm at init) make one check, decided once."""
+    kinds whose rows are the same measurement (RMSNorm = ScaleNorm at init) make one check, decided once. With
+    planned looks (``seeds``: :func:`_slope_seeds`) each is decided at the first look that decides."""
     checks = []
     slopes = R.metric("ffn_grad_log_slope_per_layer")
     for group in _norm_groups(slopes, norms):
@@ -157,14 +191,11 @@ def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
                     continue
                 n = int(post["n"] or 1)
                 (plo, phi), (qlo, qhi) = _ci(post), _ci(pre)
-                narrow, wide = c["flat_ratio_max"] * max(plo, 0.0), c["flat_ratio_max"] * max(phi, 0.0)
-                flat = True if decide_within(qlo, qhi, -narrow, narrow) else \
-                    False if decide_within(qlo, qhi, -wide, wide) is False else None
-                grows = decide_interval(plo, phi, above=c["grow_slope_min"])
                 pw = _pick_power([("above", power(post["value"], plo, phi, c["grow_slope_min"], n, "seeds")),
                                   ("below", _flat_power(post, pre, c["flat_ratio_max"], n))])
                 checks.append(check(
-                    f"Fig 3(a,b) {label} {stack} {matrix}: Post grows with layer, Pre flat", both(grows, flat),
+                    f"Fig 3(a,b) {label} {stack} {matrix}: Post grows with layer, Pre flat",
+                    _grows_and_flat(plo, phi, qlo, qhi, c),
                     f"slope of ln(norm) per layer: post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
                     f"{n} seeds){same}",
                     f"post > {c['grow_slope_min']}; |pre| < {c['flat_ratio_max']} x post",
@@ -178,13 +209,19 @@ def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
                                     rule=f"> {c['grow_slope_min']:g}; |Pre| < {c['flat_ratio_max']:g} x Post",
                                     source="fig3_per_layer_grad_trend"),
                     thresholds=uses(c, "grow_slope_min", "flat_ratio_max"), power=pw))
+                if seeds and (norm, "post", stack, matrix) in seeds and (norm, "pre", stack, matrix) in seeds:
+                    looked = {"at": seeds["at"], "post": seeds[(norm, "post", stack, matrix)],
+                              "pre": seeds[(norm, "pre", stack, matrix)]}
+                    checks[-1] = _with_looks(checks[-1], looked, ("post", "pre"),
+                                             lambda iv: _grows_and_flat(*iv["post"], *iv["pre"], c),
+                                             "slope of ln(norm) per layer")
     return checks
 
 
 def _fig3_seeds(R: Rows, params: dict, at: list[int] | None) -> dict | None:
     """Fig 3(c,d)'s per-seed depth exponents (post, pre, ratio: the slope of ln(norm) on ln(L) per seed, as the
     measurement fits them) in the order of the ``seeds`` parameter, with the planned look sizes ``at``, for the checks
-    to judge over planned looks (repro.plan.sequential); None without looks or per-seed rows."""
+    to judge over planned looks (repro.verdicts.sequential); None without looks or per-seed rows."""
     per = R.metric("final_w2_grad_norm").where(norm="layernorm")
     if not at or not per:
         return None
@@ -209,7 +246,7 @@ def _looked(seeds: dict, kinds: tuple[str, ...], decide) -> tuple[bool | None, d
         ivs = {k: sample_interval_at(seeds[k][:n], confidence) for k in kinds}
         return decide({k: iv[1:] for k, iv in ivs.items()}), ivs
 
-    out = plans.sequential(at_look, seeds["at"])
+    out = sequential(at_look, seeds["at"])
     return out["passed"], out["result"], {**out["look"], "decided": out["passed"] is not None}
 
 
@@ -243,7 +280,7 @@ def _depth_exponent_checks(R: Rows, c: dict, seeds: dict | None = None) -> list[
                                 thresholds=uses(c, "flat_depth_exponent_max", "exponent_tolerance"), power=pw))
         if seeds and prefix == "fig3" and post and pre:
             checks[-1] = _with_looks(checks[-1], seeds, ("post", "pre"), lambda iv: both(
-                decide_within(*iv["post"], *post_band), decide_within(*iv["pre"], *pre_band)))
+                decide_within(*iv["post"], *post_band), decide_within(*iv["pre"], *pre_band)), "d ln(norm)/d ln(L)")
         checks.append(check(f"{label}: depth exponent of the Pre/Post ratio",
                             decide_within(*_ci(ratio), e_ratio - tol, e_ratio + tol),
                             f"{_txt(ratio)} (mean [95% CI], {int(ratio['n'])} seeds)",
@@ -258,24 +295,25 @@ def _depth_exponent_checks(R: Rows, c: dict, seeds: dict | None = None) -> list[
                                         int(ratio["n"] or 1), unit)))
         if seeds and prefix == "fig3":
             checks[-1] = _with_looks(checks[-1], seeds, ("ratio",),
-                                     lambda iv: decide_within(*iv["ratio"], e_ratio - tol, e_ratio + tol))
+                                     lambda iv: decide_within(*iv["ratio"], e_ratio - tol, e_ratio + tol),
+                                     "d ln(norm)/d ln(L)")
     return checks
 
 
-def _with_looks(chk: dict, seeds: dict, kinds: tuple[str, ...], decide) -> dict:
+def _with_looks(chk: dict, seeds: dict, kinds: tuple[str, ...], decide, what: str) -> dict:
     """``chk`` decided over the planned looks instead of once on every seed (:func:`_looked`): its decision, the
     intervals of the deciding look, the look and the interval's words; its power stays the full sample's."""
     passed, ivs, look = _looked(seeds, kinds, decide)
     pct = f"{100 * look['confidence']:g}%"
     txt = ", ".join(f"{k} {m:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (m, lo, hi) in ivs.items())
     out = {**chk, "passed": passed, "look": look,
-           "measured": f"d ln(norm)/d ln(L): {txt} (mean [{pct} CI], first {look['n']} of {seeds['at'][-1]} "
-                       f"seeds); {plans.look_text(look)}",
+           "measured": f"{what}: {txt} (mean [{pct} CI], first {look['n']} of {seeds['at'][-1]} "
+                       f"seeds); {look_text(look)}",
            "interval": f"{pct} t-interval over the first n seeds at each planned look (n = "
                        f"{', '.join(map(str, seeds['at']))}; Bonferroni over {look['of']} looks; strict at the edges)",
            "undecided_because": None if passed is not None else
            f"no planned look decided: the {pct} interval overlaps or touches the edge of the band at every look"}
-    if chk.get("numbers") and len(kinds) == 1:
+    if chk.get("numbers"):  # the check's headline number is its first part's (Post-LN's slope, the ratio's exponent)
         out["numbers"] = {**chk["numbers"], "value": ivs[kinds[0]][0], "lo": ivs[kinds[0]][1], "hi": ivs[kinds[0]][2]}
     return out
 

@@ -24,7 +24,7 @@ from repro.report import headline, peers, runtime
 from repro.report.origin import RUN, WAIVER, origin_of
 from repro.io import (CORE_FILES, atomic_write_text, declared_files, read_json, read_metrics, read_verdict,
                       verify_results)
-from repro.verdicts import _meaning
+from repro.verdicts import _meaning, look_text
 
 log = logging.getLogger("repro.report")
 
@@ -335,7 +335,7 @@ def plan_blocks(verdict: dict, page_dir: Path | None = None) -> list[tuple]:
                                      f"after measuring"),
              f"How chosen: {block['how']} ({', '.join(link(p) for p in block['chosen_by'])})",
              "Confirmatory checks: " + ("all" if block["confirmatory"] == "all" else "; ".join(block["confirmatory"]))]
-    looked = [f"{c['name']}: {plan.look_text(c['look'])}" for c in verdict.get("checks") or [] if c.get("look")]
+    looked = [f"{c['name']}: {look_text(c['look'])}" for c in verdict.get("checks") or [] if c.get("look")]
     if block.get("looks"):
         lk = block["looks"]
         lines.append(f"Looks: {lk['param']} at {', '.join(map(str, lk['at']))} ({lk['spending']}); "
