@@ -95,12 +95,13 @@ def judge_context(scale: str, params: dict, measured: dict, fingerprint: dict | 
     hardware id, the device the measurement ran on (None when it did not record one), everything else the
     measurement recorded in measured.json's ``context`` (e.g. the machine's ``load``), and from its fingerprint.json
     the ``software`` it ran with ({package: version}; {} when none is recorded) and ``torch_threads`` (None for a
-    result measured before it was recorded). The judge reads the plan (``plan``: its looks) from the context too:
-    :func:`judge_stored` and :func:`judge_rows` add the checkout's."""
+    result measured before it was recorded), and the ``plan`` it was measured under (measured.json's; None before
+    plans): its planned looks are part of the design the numbers were measured for, so a judge applies them only to
+    a measurement made under them."""
     recorded, fingerprint = dict(measured.get("context") or {}), fingerprint or {}
     return {**recorded, "scale": scale, "params": params, "hardware": measured.get("hardware"),
             "device": recorded.get("device"), "software": dict(fingerprint.get("software") or {}),
-            "torch_threads": fingerprint.get("torch_threads")}
+            "torch_threads": fingerprint.get("torch_threads"), "plan": measured.get("plan")}
 
 
 def load_judge(claim: str) -> Callable:
@@ -113,12 +114,12 @@ def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: 
     """The claim's judge on ``rows`` (tests, notebooks): ``params`` default to config/claims/<claim>.yaml at
     ``scale`` (what the rows were measured with), ``thresholds`` to its ``judge:`` part, and ``context`` adds what a
     measurement records (device, hardware, load, ...) and its fingerprint.json (``software``, ``torch_threads``:
-    :func:`judge_context`). The rows' published values are read from the registry (repro.registry.with_published),
+    :func:`judge_context`; ``plan``: the plan they were measured under, default none). The rows' published values are read from the registry (repro.registry.with_published),
     as :func:`judge_stored` reads them through repro.io.read_metrics."""
     params = config.section(claim, scale) if params is None else params
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
-    ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, "plan": plan.block(claim, scale),
-           **context, "scale": scale, "params": params}
+    ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, "plan": None, **context,
+           "scale": scale, "params": params}
     return load_judge(claim)(registry.with_published(rows), dict(thresholds), ctx)  # rows carry the key only
 
 
@@ -161,8 +162,7 @@ def judge_stored(claim: str, out: Path, scale: str, thresholds: dict | None = No
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
     params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
     fingerprint = json.loads((out / "fingerprint.json").read_text())
-    context = {**judge_context(scale, params, measured, fingerprint), "plan": plan.block(claim, scale)}
-    verdict = load_judge(claim)(rows, dict(thresholds), context)
+    verdict = load_judge(claim)(rows, dict(thresholds), judge_context(scale, params, measured, fingerprint))
     return verdict, measured, stored
 
 

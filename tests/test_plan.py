@@ -232,7 +232,8 @@ def _prepost_rows(seeds, ratio_exponent, noise):
 def test_prepost_depth_exponent_decided_over_planned_looks(noise, look):
     params = config.section("prepost_gradients", "default", check_models=False)
     rows = _prepost_rows(params["seeds"], -0.5, noise)
-    verdict = judging.judge_rows("prepost_gradients", rows, scale="default", params=params)
+    verdict = judging.judge_rows("prepost_gradients", rows, scale="default", params=params,
+                                 plan=plan.block("prepost_gradients", "default"))
     ratio = next(c for c in verdict["checks"] if c["name"] == "Fig 3(c,d) full model: depth exponent of the "
                                                               "Pre/Post ratio")
     assert ratio["passed"] is True and ratio["look"]["k"] == look and ratio["look"]["of"] == 2
@@ -243,6 +244,11 @@ def test_prepost_depth_exponent_decided_over_planned_looks(noise, look):
 
 def test_prepost_without_the_plans_seeds_is_judged_once():
     params = {**config.section("prepost_gradients", "default", check_models=False), "seeds": [1000, 1001, 1002]}
+    block = plan.block("prepost_gradients", "default")
     verdict = judging.judge_rows("prepost_gradients", _prepost_rows(params["seeds"], -0.5, 0.02), scale="default",
-                                 params=params)
+                                 params=params, plan=block)
+    assert not any(c.get("look") for c in verdict["checks"])
+    full = {**params, "seeds": list(range(1000, 1028))}  # the plan's size, but measured before plans: no plan given
+    verdict = judging.judge_rows("prepost_gradients", _prepost_rows(full["seeds"], -0.5, 0.02), scale="default",
+                                 params=full)
     assert not any(c.get("look") for c in verdict["checks"])
