@@ -114,8 +114,9 @@ def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: 
     """The claim's judge on ``rows`` (tests, notebooks): ``params`` default to config/claims/<claim>.yaml at
     ``scale`` (what the rows were measured with), ``thresholds`` to its ``judge:`` part, and ``context`` adds what a
     measurement records (device, hardware, load, ...) and its fingerprint.json (``software``, ``torch_threads``:
-    :func:`judge_context`; ``plan``: the plan they were measured under, default none). The rows' published values are read from the registry (repro.registry.with_published),
-    as :func:`judge_stored` reads them through repro.io.read_metrics."""
+    :func:`judge_context`; ``plan``: the plan they were measured under, default none). The rows' published values
+    are read from the registry (repro.registry.with_published), as :func:`judge_stored` reads them through
+    repro.io.read_metrics."""
     params = config.section(claim, scale) if params is None else params
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
     ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, "plan": None, **context,

@@ -579,11 +579,11 @@ def sign_test_size(share: float, alpha: float, *, start: int = 0, target: float 
 
 def sequential(decide: Callable[[int, float], tuple[bool | None, Any]], at: list[int], alpha: float = 0.05,
                unit: str = "seeds") -> dict:
-    """A check over planned looks: at look k of K (sizes ``at`` = n_1 < ... < n_K) ``decide(n_k, confidence)``
-    judges the first n_k values at confidence 1 - alpha / K (Bonferroni over the K looks planned in repro.plan: the chance of a wrong
-    decision at any look stays <= alpha) and returns (held True / failed False / undecided None, what it measured).
-    The first look that decides decides; else undecided at the last. Returns {passed, result, look: {k, of, n,
-    confidence, unit}}."""
+    """A check over planned looks (the plan's ``looks``, repro.plan): at look k of K (sizes ``at`` = n_1 < ... <
+    n_K) ``decide(n_k, confidence)`` judges the first n_k values at confidence 1 - alpha / K (Bonferroni over the K
+    looks: the chance of a wrong decision at any look stays <= alpha) and returns (held True / failed False /
+    undecided None, what it measured). The first look that decides decides; else undecided at the last. Returns
+    {passed, result, look: {k, of, n, confidence, unit}}."""
     K = len(at)
     confidence = 1 - alpha / K
     for k, n in enumerate(at, 1):

@@ -252,3 +252,24 @@ def test_prepost_without_the_plans_seeds_is_judged_once():
     verdict = judging.judge_rows("prepost_gradients", _prepost_rows(full["seeds"], -0.5, 0.02), scale="default",
                                  params=full)
     assert not any(c.get("look") for c in verdict["checks"])
+
+
+def test_prepost_layer_slopes_decided_over_planned_looks():
+    """Fig 3(a,b) from per-seed gradient norms over the layers: Post-LN growing 0.3 per layer and Pre-LN flat in
+    every seed decide at the first look, at 97.5%, from the per-seed slopes (the aggregate rows say otherwise)."""
+    params = config.section("prepost_gradients", "default", check_models=False)
+    rows = []
+    for i, seed in enumerate(params["seeds"]):
+        for position, slope in (("post", 0.3 + 0.01 * (-1) ** i), ("pre", 0.002 * (-1) ** i)):
+            for layer in range(1, 7):
+                rows.append(metric("prepost_gradients", "weight_grad_norm", math.exp(slope * layer), "frobenius",
+                                   norm="layernorm", position=position, stack="decoder", layer=layer,
+                                   matrix="ffn.fc2", seed=seed, depth=6))
+    for position in ("post", "pre"):  # aggregates far from the per-seed rows: the looks read the per-seed rows
+        rows.append(metric("prepost_gradients", "ffn_grad_log_slope_per_layer", 0.0, "d ln(norm) / d layer",
+                           spread=1.0, n=28, norm="layernorm", position=position, stack="decoder", matrix="ffn.fc2"))
+    verdict = judging.judge_rows("prepost_gradients", rows, scale="default", params=params,
+                                 plan=plan.block("prepost_gradients", "default"))
+    fc2 = next(c for c in verdict["checks"] if c["name"].startswith("Fig 3(a,b) layernorm decoder ffn.fc2"))
+    assert fc2["passed"] is True and fc2["look"]["k"] == 1 and fc2["look"]["confidence"] == 0.975
+    assert math.isclose(fc2["numbers"]["value"], 0.3, abs_tol=1e-3)
