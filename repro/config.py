@@ -249,10 +249,11 @@ def _schema(name: str) -> dict | None:
 JUDGE = "judge"  # the key of a scale section that holds the judge's thresholds (never a measurement parameter)
 
 
-def section(name: str, scale: str, overrides: Mapping | None = None) -> dict:
+def section(name: str, scale: str, overrides: Mapping | None = None, check_models: bool = True) -> dict:
     """Validated parameters of claim/artefact ``name`` at ``scale`` (defaults filled, overrides merged), without the
-    judge's thresholds (:func:`thresholds`)."""
-    params = _full_section(name, scale, overrides)
+    judge's thresholds (:func:`thresholds`); ``check_models=False`` skips the model-shape checks (which import torch:
+    the judge side reads parameters without them)."""
+    params = _full_section(name, scale, overrides, models=check_models)
     params.pop(JUDGE, None)
     return params
 
@@ -331,12 +332,12 @@ def workflow_spec(name: str, scale: str) -> dict:
     return spec
 
 
-def job_params(name: str, scale: str, overrides: Mapping | None = None) -> dict:
+def job_params(name: str, scale: str, overrides: Mapping | None = None, check_models: bool = True) -> dict:
     """What the measuring job of claim (or shared artefact) ``name`` receives at ``scale``: its section (overrides
     applied, no thresholds) with the config sections its ``workflow.sections`` lists under their names. The
     measurement's config key hashes exactly this (repro.provenance.config_key)."""
-    params = section(name, scale, overrides)
-    params.update({s: section(s, scale, overrides) for s in workflow_spec(name, scale)["sections"]})
+    params = section(name, scale, overrides, check_models)
+    params.update({s: section(s, scale, overrides, check_models) for s in workflow_spec(name, scale)["sections"]})
     return params
 
 

@@ -55,3 +55,46 @@ def welch_interval(terms) -> tuple[float, float, float]:
     df = var ** 2 / sum(v * v / (n - 1) for v, n in parts if v)
     k = max(2, int(math.floor(df)) + 1)  # t_interval(mean, std, n) uses n - 1 degrees of freedom
     return (est, *t_interval(est, math.sqrt(var) * math.sqrt(k), k))
+
+
+def _t_central(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with ``df`` (integer) degrees of freedom: the closed-form finite series in
+    theta = atan(t / sqrt(df)) (Abramowitz and Stegun 26.7.3-4), exact without scipy."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for k in range(2, df, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        return s * total
+    if df == 1:
+        return 2 * theta / math.pi
+    term, total = 1.0, 1.0
+    for k in range(3, df, 2):
+        term *= c2 * (k - 1) / k
+        total += term
+    return 2 / math.pi * (theta + s * math.cos(theta) * total)
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided Student-t quantile t with P(|T| < t) = ``confidence`` (e.g. 0.975 for one of two planned
+    looks at 95% overall), by bisection on :func:`_t_central`."""
+    lo, hi = 0.0, 1.0
+    while _t_central(hi, df) < confidence:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _t_central(mid, df) < confidence else (lo, mid)
+    return (lo + hi) / 2
+
+
+def sample_interval_at(xs, confidence: float) -> tuple[float, float, float]:
+    """(mean, lower, upper) of the t-interval of the mean of ``xs`` at ``confidence`` (an interval of a planned
+    look: repro.verdicts.sequential); fewer than two values give an unbounded interval."""
+    xs = [float(x) for x in xs]
+    mean = statistics.fmean(xs) if xs else math.nan
+    if len(xs) < 2:
+        return mean, -math.inf, math.inf
+    half = t_quantile(confidence, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return mean, mean - half, mean + half

@@ -136,7 +136,7 @@ def start_measurement(out_dir: str | Path) -> None:
 def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: Iterable[Mapping], config: Mapping,
                       fingerprint: Mapping, artifacts: Iterable[str] = (), keys: Mapping | None = None,
                       context: Mapping | None = None, inputs: Mapping | None = None,
-                      started: str | None = None) -> dict:
+                      started: str | None = None, plan: Mapping | None = None) -> dict:
     """Write metrics.csv, config.json, fingerprint.json and (last) measured.json into ``out_dir``; returns the
     measurement record (measured.json).
 
@@ -145,7 +145,9 @@ def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: I
     file (``inputs``: parameter -> path), the ``context`` the judge needs beyond the rows (e.g. the machine load), and
     the integrity record of every result file: metrics.csv's row count and sha256, and each of the claim's other files
     (``artifacts``: relative paths or glob patterns, e.g. ``curves/*.csv``, the claim module's ``ARTIFACTS``; a pattern
-    that matches nothing raises ResultsError). The report reads only the files listed there."""
+    that matches nothing raises ResultsError). The report reads only the files listed there. ``plan``: the
+    confirmatory plan it was measured under (repro.plan.record: ``plan_key`` and the ``plan`` block; both None
+    without one)."""
     import pandas as pd  # lazy: pandas costs a second at import, and the Snakefile imports this module
 
     out = Path(out_dir)
@@ -176,7 +178,8 @@ def write_measurement(out_dir: str | Path, *, claim: str, scale: str, metrics: I
     record = {"claim": claim, "scale": scale, "hardware": fp["hardware_id"], "commit": fp["git"]["commit"],
               "dirty": fp["git"].get("dirty"), "started": started or fp["timestamp"],
               "finished": _now(), "keys": dict(keys or {}), "inputs": input_hashes(inputs or {}),
-              "context": dict(context or {}), "integrity": integrity}
+              "context": dict(context or {}), "integrity": integrity,
+              "plan_key": (plan or {}).get("plan_key"), "plan": (plan or {}).get("plan")}
     record["runtime_s"] = _seconds_between(record["started"], record["finished"])
     atomic_write_json(out / "measured.json", record)
     return record

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from repro import config, provenance, registry
+from repro import config, plan, provenance, registry
 from repro.cli import load_json_option, setup_logging
 from repro.errors import ConfigError
 from repro.io import read_metrics, write_verdict
@@ -68,7 +68,8 @@ def rejudge(claim: str, out: Path, scale: str, thresholds: dict | None = None, j
     elif judge_key is None:
         needs = tuple((measured.get("keys") or {}).get("needs") or ())
         judge_key = provenance.claim_keys(claim, stored["config"], needs, thresholds)["judge"]
-    extra = {"runtime_s": measured.get("runtime_s"), "thresholds": thresholds}
+    extra = {"runtime_s": measured.get("runtime_s"), "thresholds": thresholds,
+             **plan_record(claim, scale, measured, stored, thresholds)}
     if old is not None and old.get("timestamp") == measured.get("started"):  # a new judgement of the same run
         extra["rejudged"] = {"commit": provenance_commit(), "timestamp": now(),
                              "previous_verdict": old.get("verdict")}
@@ -78,16 +79,29 @@ def rejudge(claim: str, out: Path, scale: str, thresholds: dict | None = None, j
     return verdict
 
 
+def plan_record(claim: str, scale: str, measured: dict, stored: dict, thresholds: dict) -> dict:
+    """What verdict.json records of the plan: the checkout's ``plan_key`` (its plan block, the measurement's
+    parameters as their recorded config key, these thresholds), the ``plan`` block, and ``plan_measured_key``, the key
+    measured.json recorded (None: measured before plans; another key: the thresholds or the plan changed after
+    measuring)."""
+    params = {k: v for k, v in stored["config"].items() if k != config.JUDGE}
+    config_key = (measured.get("keys") or {}).get("config") or provenance.config_key(params)
+    return {**plan.record(plan.block(claim, scale), config_key, thresholds),
+            "plan_measured_key": measured.get("plan_key")}
+
+
 def judge_context(scale: str, params: dict, measured: dict, fingerprint: dict | None = None) -> dict:
     """What a judge receives beside the rows and thresholds: the scale, the measured parameters (config.json), the
     hardware id, the device the measurement ran on (None when it did not record one), everything else the
     measurement recorded in measured.json's ``context`` (e.g. the machine's ``load``), and from its fingerprint.json
     the ``software`` it ran with ({package: version}; {} when none is recorded) and ``torch_threads`` (None for a
-    result measured before it was recorded)."""
+    result measured before it was recorded), and the ``plan`` it was measured under (measured.json's; None before
+    plans): its planned looks are part of the design the numbers were measured for, so a judge applies them only to
+    a measurement made under them."""
     recorded, fingerprint = dict(measured.get("context") or {}), fingerprint or {}
     return {**recorded, "scale": scale, "params": params, "hardware": measured.get("hardware"),
             "device": recorded.get("device"), "software": dict(fingerprint.get("software") or {}),
-            "torch_threads": fingerprint.get("torch_threads")}
+            "torch_threads": fingerprint.get("torch_threads"), "plan": measured.get("plan")}
 
 
 def load_judge(claim: str) -> Callable:
@@ -100,12 +114,13 @@ def judge_rows(claim: str, rows: list[dict], *, scale: str = "default", params: 
     """The claim's judge on ``rows`` (tests, notebooks): ``params`` default to config/claims/<claim>.yaml at
     ``scale`` (what the rows were measured with), ``thresholds`` to its ``judge:`` part, and ``context`` adds what a
     measurement records (device, hardware, load, ...) and its fingerprint.json (``software``, ``torch_threads``:
-    :func:`judge_context`). The rows' published values are read from the registry (repro.registry.with_published),
-    as :func:`judge_stored` reads them through repro.io.read_metrics."""
+    :func:`judge_context`; ``plan``: the plan they were measured under, default none). The rows' published values
+    are read from the registry (repro.registry.with_published), as :func:`judge_stored` reads them through
+    repro.io.read_metrics."""
     params = config.section(claim, scale) if params is None else params
     thresholds = config.thresholds(claim, scale) if thresholds is None else thresholds
-    ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, **context, "scale": scale,
-           "params": params}
+    ctx = {"device": None, "hardware": None, "software": {}, "torch_threads": None, "plan": None, **context,
+           "scale": scale, "params": params}
     return load_judge(claim)(registry.with_published(rows), dict(thresholds), ctx)  # rows carry the key only
 
 

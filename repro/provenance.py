@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # judge-side modules: changing them re-judges, never re-measures (their code decides verdicts, it measures nothing);
 # a path ending in "/" is a package (every file under it)
 JUDGE_SIDE = ("repro/verdicts.py", "repro/judging.py", "repro/intervals.py", "repro/registry/__init__.py",
-              "repro/judges/")
+              "repro/judges/", "repro/plan.py")
 # the packages only a measurement loads: the judge side imports none of them (tests/test_layers.py), and the judging
 # command line never runs the one function-local path into them (repro.config's model-shape check, which the
 # thresholds skip; tests/test_judges_light.py, and the tiny run's record of what each judging job loaded), so a judge
@@ -274,9 +274,11 @@ def judge_key(judge_code: str | None, thresholds: dict | None) -> str | None:
     return _sha(json.dumps([judge_code, thresholds or {}], sort_keys=True, default=str))
 
 
-def keys(code: dict, params: dict | str, thresholds: dict | None = None) -> dict:
-    """The keys of one measurement: code (from ``code``), config (the resolved parameters), software, ``measure``
-    (the one hash of code, config and software) and ``judge`` (the judge's code with ``thresholds``)."""
+def keys(code: dict, params: dict | str, thresholds: dict | None = None, plan: dict | None = None) -> dict:
+    """The keys of one measurement: code (from ``code``), config (the resolved parameters), software, ``plan`` (the
+    hash of the scale's confirmatory plan block, repro.plan; None without one), ``measure`` (the one hash of code,
+    config, software and the plan: a changed plan is a changed design, measured again) and ``judge`` (the judge's
+    code with ``thresholds``)."""
     text = params if isinstance(params, str) else json.dumps(params, sort_keys=True, default=str)
     config_text = json.loads(text)
     if isinstance(config_text, dict) and "judge" in config_text:
@@ -284,8 +286,16 @@ def keys(code: dict, params: dict | str, thresholds: dict | None = None) -> dict
                          "parameter (pass them as thresholds=)")
     out = {"scheme": SCHEME, "code": code["code"], "judge": judge_key(code.get("judge_code"), thresholds),
            "config": config_key(config_text), "software": software(code.get("libraries", tuple(COMPUTE)))}
-    out["measure"] = _sha(json.dumps([out["code"], out["config"], out["software"]], sort_keys=True))
+    out["plan"] = plan_hash(plan)
+    parts = [out["code"], out["config"], out["software"]] + ([out["plan"]] if plan is not None else [])
+    out["measure"] = _sha(json.dumps(parts, sort_keys=True))
     return out
+
+
+def plan_hash(plan: dict | None) -> str | None:
+    """The hash of a scale's plan block (repro.plan; None: no plan recorded, which leaves the measure key as it was
+    before plans existed)."""
+    return None if plan is None else _sha(json.dumps(plan, sort_keys=True, default=str))
 
 
 def config_key(params: dict) -> str:
@@ -293,20 +303,21 @@ def config_key(params: dict) -> str:
     return _sha(json.dumps(params, sort_keys=True, default=str))
 
 
-def claim_keys(claim: str, params: dict | str, needs: tuple[str, ...] = (), thresholds: dict | None = None) -> dict:
+def claim_keys(claim: str, params: dict | str, needs: tuple[str, ...] = (), thresholds: dict | None = None,
+               plan: dict | None = None) -> dict:
     """The keys of claim ``claim`` measured with ``params`` (what the job receives) and the shared artefacts
     ``needs`` (the artefact names of its config's ``workflow.needs``), judged with ``thresholds`` (the section's
     ``judge:`` part), with the files behind the code key (``code_files``: which changed, when a result is stale)
-    and ``needs``."""
+    and ``needs``; ``plan``: the scale's plan block (repro.plan.block)."""
     code = _claim_code(claim, tuple(sorted(needs)))
-    return {**keys(code, params, thresholds), "needs": sorted(needs), "code_files": dict(code["code_files"])}
+    return {**keys(code, params, thresholds, plan), "needs": sorted(needs), "code_files": dict(code["code_files"])}
 
 
-def artefact_keys(artefact: str, params: dict | str, thresholds: dict | None = None) -> dict:
+def artefact_keys(artefact: str, params: dict | str, thresholds: dict | None = None, plan: dict | None = None) -> dict:
     """The keys of a shared artefact's build (:data:`ARTEFACT_CODE`) with the translation section ``params`` (the
     translation benchmark's judge, ``translation_evaluate``, with ``thresholds``)."""
     code = _artefact_code(artefact)
-    return {**keys(code, params, thresholds), "artefact": artefact, "code_files": dict(code["code_files"])}
+    return {**keys(code, params, thresholds, plan), "artefact": artefact, "code_files": dict(code["code_files"])}
 
 
 def current_code(claim: str, needs: tuple[str, ...] | list[str] | None = None) -> dict:
@@ -321,13 +332,14 @@ STALE_KINDS = ("code", "config", "software")  # what can make a result stale, in
 
 
 def stale_reasons(recorded: dict | None, claim: str, config_now: str | None = None,
-                  software_now: dict | None = None) -> dict[str, str]:
+                  software_now: dict | None = None, plan_now: str | None = None) -> dict[str, str]:
     """Why a result whose provenance keys are ``recorded`` is not what the checkout would measure now, by kind
     (:data:`STALE_KINDS`; empty: it is fresh):
 
     - ``code``: no keys recorded, keys of an older scheme, or the code key differs (naming the files that changed);
     - ``config``: its config key differs from ``config_now``, the checkout's for the result's claim and scale (None:
-      not compared);
+      not compared), or its plan (:func:`plan_hash`) from ``plan_now`` (None: not compared; a plan is part of the
+      design, like the parameters);
     - ``software``: a library its code imports (or python) has another version than ``software_now`` (default: this
       environment's)."""
     if not recorded or not recorded.get("code"):
@@ -347,6 +359,9 @@ def stale_reasons(recorded: dict | None, claim: str, config_now: str | None = No
         out["code"] = f"measurement code changed since: {shown}" if old else "measurement code changed since"
     if config_now is not None and recorded.get("config") != config_now:
         out["config"] = "measured with other parameters than the checkout's config"
+    elif plan_now is not None and recorded.get("plan") != plan_now:
+        out["config"] = ("measured before the checkout's confirmatory plan" if recorded.get("plan") is None
+                         else "measured under another confirmatory plan than the checkout's")
     then = recorded.get("software") if isinstance(recorded.get("software"), dict) else {}
     now_sw = software_now if software_now is not None else software(now.get("libraries", tuple(COMPUTE)))
     moved = [f"{k} {then.get(k)} -> {v}" for k, v in sorted(now_sw.items()) if then.get(k) != v]
@@ -356,9 +371,9 @@ def stale_reasons(recorded: dict | None, claim: str, config_now: str | None = No
 
 
 def stale_because(recorded: dict | None, claim: str, config_now: str | None = None,
-                  software_now: dict | None = None) -> str | None:
+                  software_now: dict | None = None, plan_now: str | None = None) -> str | None:
     """:func:`stale_reasons` as one sentence (None: fresh)."""
-    return stale_text(stale_reasons(recorded, claim, config_now, software_now))
+    return stale_text(stale_reasons(recorded, claim, config_now, software_now, plan_now))
 
 
 def stale_text(reasons: dict[str, str]) -> str | None:

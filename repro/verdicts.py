@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -119,7 +119,8 @@ def sized(items: list[tuple[bool | None, dict | None]], mode: str = "all") -> tu
 
 def check(name: str, passed: bool | None, measured: str, expected: str, *, headline: bool = False,
           interval: str | None = None, undecided_because: str | None = None, numbers: dict | None = None,
-          thresholds: Mapping | None = None, power: dict | None = None, counts: bool = True) -> dict:
+          thresholds: Mapping | None = None, power: dict | None = None, counts: bool = True,
+          look: dict | None = None) -> dict:
     """One verdict criterion: what was measured, what the paper says, and whether it holds.
 
     ``headline``: the claim's main statement (see ``verdict_from_checks``). ``interval``: the uncertainty that
@@ -129,7 +130,8 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
     of the matrix and the pages. ``thresholds`` (:func:`uses`): the judge's thresholds this check decided with.
     ``power`` (:func:`power`): the sample size that would decide it, for the page's "What would decide this".
     ``counts`` False: a secondary the plan states in advance as reported only (e.g. a second learning rate): shown
-    with its decision, never part of the verdict (:func:`verdict_from_checks` skips it); never a headline."""
+    with its decision, never part of the verdict (:func:`verdict_from_checks` skips it); never a headline.
+    ``look``: the planned look that decided it ({k, of, n, confidence}: :func:`sequential`)."""
     if headline and not counts:
         raise ValueError(f"check {name!r}: a headline always counts toward the verdict")
     if passed is None and not undecided_because:
@@ -149,6 +151,8 @@ def check(name: str, passed: bool | None, measured: str, expected: str, *, headl
         out["power"] = dict(power)
     if not counts:
         out["counts"] = False
+    if look is not None:
+        out["look"] = dict(look)
     return out
 
 
@@ -581,3 +585,41 @@ def sign_test_size(share: float, alpha: float, *, start: int = 0, target: float 
             return n
     z_a, z_p = NormalDist().inv_cdf(1 - alpha), NormalDist().inv_cdf(target)
     return max(top + 1, math.ceil(((z_a * 0.5 + z_p * math.sqrt(p * (1 - p))) / (p - 0.5)) ** 2))
+
+
+def sequential(decide: Callable[[int, float], tuple[bool | None, Any]], at: list[int], alpha: float = 0.05,
+               unit: str = "seeds") -> dict:
+    """A check over planned looks (the plan's ``looks``, repro.plan): at look k of K (sizes ``at`` = n_1 < ... <
+    n_K) ``decide(n_k, confidence)`` judges the first n_k values at confidence 1 - alpha / K (Bonferroni over the K
+    looks: the chance of a wrong decision at any look stays <= alpha) and returns (held True / failed False /
+    undecided None, what it measured). The first look that decides decides; else undecided at the last. Returns
+    {passed, result, look: {k, of, n, confidence, unit}}."""
+    K = len(at)
+    confidence = 1 - alpha / K
+    for k, n in enumerate(at, 1):
+        passed, result = decide(n, confidence)
+        if passed is not None or k == K:
+            return {"passed": passed, "result": result,
+                    "look": {"k": k, "of": K, "n": n, "confidence": confidence, "unit": unit}}
+    raise ValueError("sequential: no look planned (at is empty)")
+
+
+def look_text(look: Mapping | None) -> str:
+    """'decided at look k of K (n seeds, 97.5% interval)' (or 'undecided at the last look ...')."""
+    if not look:
+        return ""
+    where = f"({look['n']} {look.get('unit', 'seeds')}, {100 * look['confidence']:g}% interval)"
+    if look.get("decided", True):
+        return f"decided at look {look['k']} of {look['of']} {where}"
+    return f"undecided at the last look, {look['k']} of {look['of']} {where}"
+
+
+def looks_for(plan: Mapping | None, params: Mapping, param: str) -> list[int] | None:
+    """The planned look sizes (the plan's ``looks``, repro.plan) for checks over the values of ``param`` when the
+    measurement used exactly the plan's size of it (a measurement with other seeds, e.g. an override, is judged at
+    one look); None: no looks."""
+    lk = (plan or {}).get("looks")
+    if not lk or lk["param"] != param:
+        return None
+    values = params.get(param)
+    return list(lk["at"]) if isinstance(values, list) and len(values) == lk["at"][-1] else None

@@ -17,7 +17,7 @@ from filelock import FileLock, Timeout
 from snakemake import benchmark
 from snakemake.exceptions import WorkflowError
 
-from repro import artefacts, provenance, registry
+from repro import artefacts, plan, provenance, registry
 from repro.bench.fingerprint import hardware_id
 from repro.config import (ConfigError, check_config_files, load_run_config, needed, section, thresholds,
                           workflow_spec)
@@ -165,7 +165,8 @@ class Run:
     def keys(self, claim: str) -> dict:
         """The provenance keys of this claim's measurement with this run's parameters and judge thresholds
         (repro.provenance)."""
-        return provenance.claim_keys(claim, self.params(claim), self.needs(claim), self.thresholds(claim))
+        return provenance.claim_keys(claim, self.params(claim), self.needs(claim), self.thresholds(claim),
+                                     plan.block(claim, self.scale))
 
     def thresholds(self, name: str) -> dict:
         """The judge's thresholds of one claim (or the translation benchmark) at this scale: the ``judge:`` part of
@@ -183,8 +184,9 @@ class Run:
 
     def artefact_keys(self, job: str) -> dict:
         """The keys of a shared artefact's job (tokenizer, translation_model, lm, translation_evaluate)."""
-        return provenance.artefact_keys(job, self.params("translation"),
-                                        self.thresholds("translation") if job == "translation_evaluate" else None)
+        evaluate = job == "translation_evaluate"  # the benchmark's measurement is planned; the trainings are its inputs
+        return provenance.artefact_keys(job, self.params("translation"), self.thresholds("translation") if evaluate
+                                        else None, plan.block("translation", self.scale) if evaluate else None)
 
     def stamp(self, name: str, kind: str = "measure") -> str:
         """.snakemake/repro/keys/<results_dir>/<hw>/<scale>/<name>.<kind> (in the working directory, beside

@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FLOORS = [
     {"errors", "registry", "provenance", "kinds", "progress", "rows", "yamlload", "vocabulary", "layout"},
-    {"config", "io", "verdicts", "intervals", "judging", "judges", "stats", "cli"},
+    {"config", "io", "verdicts", "intervals", "judging", "judges", "stats", "cli", "plan"},
     {"model", "kernels", "data", "quant"},
     {"bench"},
     {"train", "artefacts"},
@@ -60,7 +60,7 @@ def test_no_import_runs_back_up_the_floors():
 # the measurement: what a judge never imports (it meets measurements only in their result files), named even where
 # the floors already forbid it, so that moving a floor cannot open the way
 MEASUREMENT = {"claims", "bench", "model", "kernels", "train", "data", "quant", "peers", "artefacts"}
-JUDGE_UNITS = {"judges", "judging", "verdicts", "intervals"}
+JUDGE_UNITS = {"judges", "judging", "verdicts", "intervals", "plan"}
 
 
 def test_no_judge_imports_a_measurement_or_torch():
@@ -240,7 +240,8 @@ def test_no_measurement_reaches_a_judge():
                                                                                    stop=provenance.NOT_CODE)}
         # the registry is read by repro.io (metric checks the key a row names, read_metrics fills the published
         # value beside the rows it reads): not a decision; the command line (repro.claims._cli) reaches
-        # repro/judging.py, which imports a judge by name, when judging
+        # repro/judging.py, which imports a judge by name, when judging; it reaches repro/plan.py to record the plan
+        # key in measured.json (the plan block itself is part of the measure key, repro.provenance.keys)
         judge_side = sorted(f for f in files if provenance._stopped(f, provenance.JUDGE_SIDE)
-                            and f not in ("repro/registry/__init__.py", "repro/judging.py"))
+                            and f not in ("repro/registry/__init__.py", "repro/judging.py", "repro/plan.py"))
         assert not judge_side, f"repro/claims/{claim}.py reaches the judge side: {judge_side}"

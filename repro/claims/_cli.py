@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from repro import config, provenance
+from repro import config, plan, provenance
 from repro.bench.fingerprint import fingerprint
 from repro.errors import FolderBusy
 from repro.io import atomic_write_json, remove_stale_temps, start_measurement, write_measurement, writer_lock
@@ -117,7 +117,7 @@ def main(claim: str, run: Callable, argv=None) -> int:
     params, given = _with_inputs(parser, claim, args, params)
     if keys is None:
         needs = tuple(n["artefact"] for n in config.needed(config.workflow_spec(claim, args.scale), params))
-        keys = provenance.claim_keys(claim, key_params, needs, thresholds)
+        keys = provenance.claim_keys(claim, key_params, needs, thresholds, plan.block(claim, args.scale))
     if args.threads:
         import torch  # lazy: --help and --rejudge need no torch (seconds to import)
         torch.set_num_threads(args.threads)
@@ -229,7 +229,8 @@ def _measure(claim: str, run: Callable, module, params: dict, args, keys: dict, 
     measured = write_measurement(args.out, claim=claim, scale=args.scale, metrics=metrics, config=params,
                                  fingerprint={**fingerprint(args.hardware), **threads},
                                  artifacts=getattr(module, "ARTIFACTS", ()),  # the claim's other files
-                                 keys=keys, context=context, inputs=given, started=started)
+                                 keys=keys, context=context, inputs=given, started=started,
+                                 plan=plan.for_measurement(claim, args.scale, keys.get("config"), thresholds))
     if args.measure_only:
         log.info("%s: measured in %.1f s (%d rows); the verdict is the claim_verdict job's", claim,
                  time.time() - t0, measured["integrity"]["metrics.csv"]["rows"])

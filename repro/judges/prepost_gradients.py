@@ -8,11 +8,12 @@ config/claims/prepost_gradients.yaml. The paper's constants come from the regist
 from __future__ import annotations
 
 import math
+import statistics
 
 from repro import registry
-from repro.intervals import t_interval
-from repro.verdicts import (Rows, both, check, decide_interval, decide_within, numbers, power, setup_table, side,
-                            sized, uses, verdict_from_checks)
+from repro.intervals import sample_interval_at, t_interval
+from repro.verdicts import (Rows, both, check, decide_interval, decide_within, look_text, looks_for, numbers, power,
+                            sequential, setup_table, side, sized, uses, verdict_from_checks)
 from repro.vocabulary.prepost_gradients import CLAIM, FFN_MATRICES
 
 
@@ -42,9 +43,17 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
       (1 +- ``lemma2_rel_tol``) at every layer; Pre-LN inside [a + b l, a' + b' l] from ``lemma2_preln_sq_norm_lower``
       / ``_upper`` (1 + l/2, 1 + 3l/2) at every layer. Holds when every layer's interval lies inside, fails when one
       lies wholly outside, undecided otherwise (noise never widens the tolerance).
+
+    Planned looks (the plan's ``looks`` over ``seeds``, repro.plan; context["plan"]): when the measurement used the
+    plan's seeds, the Fig 3(a,b) and Fig 3(c,d) checks are judged on the first n_1 < ... < n_K seeds' per-seed fits
+    (from the per-seed rows) at 1 - 0.05/K each (Bonferroni), decided at the first look that decides, and record it
+    (``look``: {k, of, n, confidence}); otherwise once on every seed at 95%. The Theorem 1 setting has its own seeds
+    and no looks.
     """
     R, T, params = Rows(rows), thresholds, context["params"]
-    checks = [*_layer_slope_checks(R, params["norms"], T), *_depth_exponent_checks(R, T),
+    at = looks_for(context.get("plan"), params, "seeds")
+    checks = [*_layer_slope_checks(R, params["norms"], T, _slope_seeds(R, params, at)),
+              *_depth_exponent_checks(R, T, _fig3_seeds(R, params, at)),
               *_lemma2_postln_checks(R, T), *_lemma2_preln_checks(R), *_absolute_norm_checks(R)]
     return verdict_from_checks(CLAIM, checks, context["scale"],
                                setup=setup_table(CLAIM, this_setup(params, context.get("device"))))
@@ -137,9 +146,37 @@ def _flat_power(post: dict, pre: dict, ratio: float, n: int) -> dict:
     return power(margin, margin - half, margin + half, 0.0, n, "seeds")
 
 
-def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
+def _grows_and_flat(plo: float, phi: float, qlo: float, qhi: float, c: dict) -> bool | None:
+    """Fig 3(a,b)'s decision from Post-LN's slope interval (plo, phi) and Pre-LN's (qlo, qhi)."""
+    narrow, wide = c["flat_ratio_max"] * max(plo, 0.0), c["flat_ratio_max"] * max(phi, 0.0)
+    flat = True if decide_within(qlo, qhi, -narrow, narrow) else \
+        False if decide_within(qlo, qhi, -wide, wide) is False else None
+    return both(decide_interval(plo, phi, above=c["grow_slope_min"]), flat)
+
+
+def _slope_seeds(R: Rows, params: dict, at: list[int] | None) -> dict | None:
+    """Fig 3(a,b)'s per-seed slopes of ln(FFN gradient norm) on the layer, {(norm, position, stack, matrix): [slope
+    per seed in the order of the ``seeds`` parameter]}, as the measurement fits them, for the planned looks ``at``;
+    None without looks or per-seed rows."""
+    grads = R.metric("weight_grad_norm").filter(lambda r: r["sweep"]["matrix"] in FFN_MATRICES)
+    if not at or not grads:
+        return None
+    out = {"at": at}
+    for key in sorted({tuple(r["sweep"][k] for k in ("norm", "position", "stack", "matrix")) for r in grads}):
+        sel, vals = grads.where(**dict(zip(("norm", "position", "stack", "matrix"), key))), []
+        for seed in params["seeds"]:
+            pts = sorted((r["sweep"]["layer"], r["value"]) for r in sel.where(seed=seed))
+            if len(pts) < 2:
+                return None
+            vals.append(statistics.linear_regression([a for a, _ in pts], [math.log(b) for _, b in pts]).slope)
+        out[key] = vals
+    return out
+
+
+def _layer_slope_checks(R: Rows, norms: list[str], c: dict, seeds: dict | None = None) -> list[dict]:
     """Fig 3(a,b) per norm kind, stack and FFN matrix: Post-LN grows with the layer, Pre-LN roughly flat. Norm
-    kinds whose rows are the same measurement (RMSNorm = ScaleNorm at init) make one check, decided once."""
+    kinds whose rows are the same measurement (RMSNorm = ScaleNorm at init) make one check, decided once. With
+    planned looks (``seeds``: :func:`_slope_seeds`) each is decided at the first look that decides."""
     checks = []
     slopes = R.metric("ffn_grad_log_slope_per_layer")
     for group in _norm_groups(slopes, norms):
@@ -154,14 +191,11 @@ def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
                     continue
                 n = int(post["n"] or 1)
                 (plo, phi), (qlo, qhi) = _ci(post), _ci(pre)
-                narrow, wide = c["flat_ratio_max"] * max(plo, 0.0), c["flat_ratio_max"] * max(phi, 0.0)
-                flat = True if decide_within(qlo, qhi, -narrow, narrow) else \
-                    False if decide_within(qlo, qhi, -wide, wide) is False else None
-                grows = decide_interval(plo, phi, above=c["grow_slope_min"])
                 pw = _pick_power([("above", power(post["value"], plo, phi, c["grow_slope_min"], n, "seeds")),
                                   ("below", _flat_power(post, pre, c["flat_ratio_max"], n))])
                 checks.append(check(
-                    f"Fig 3(a,b) {label} {stack} {matrix}: Post grows with layer, Pre flat", both(grows, flat),
+                    f"Fig 3(a,b) {label} {stack} {matrix}: Post grows with layer, Pre flat",
+                    _grows_and_flat(plo, phi, qlo, qhi, c),
                     f"slope of ln(norm) per layer: post {_txt(post)}, pre {_txt(pre)} (mean [95% CI], "
                     f"{n} seeds){same}",
                     f"post > {c['grow_slope_min']}; |pre| < {c['flat_ratio_max']} x post",
@@ -175,11 +209,51 @@ def _layer_slope_checks(R: Rows, norms: list[str], c: dict) -> list[dict]:
                                     rule=f"> {c['grow_slope_min']:g}; |Pre| < {c['flat_ratio_max']:g} x Post",
                                     source="fig3_per_layer_grad_trend"),
                     thresholds=uses(c, "grow_slope_min", "flat_ratio_max"), power=pw))
+                if seeds and (norm, "post", stack, matrix) in seeds and (norm, "pre", stack, matrix) in seeds:
+                    looked = {"at": seeds["at"], "post": seeds[(norm, "post", stack, matrix)],
+                              "pre": seeds[(norm, "pre", stack, matrix)]}
+                    checks[-1] = _with_looks(checks[-1], looked, ("post", "pre"),
+                                             lambda iv: _grows_and_flat(*iv["post"], *iv["pre"], c),
+                                             "slope of ln(norm) per layer")
     return checks
 
 
-def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
-    """Fig 3(c,d) and the Theorem 1 setting: the final-W2 depth exponents of Post-LN, Pre-LN and their ratio."""
+def _fig3_seeds(R: Rows, params: dict, at: list[int] | None) -> dict | None:
+    """Fig 3(c,d)'s per-seed depth exponents (post, pre, ratio: the slope of ln(norm) on ln(L) per seed, as the
+    measurement fits them) in the order of the ``seeds`` parameter, with the planned look sizes ``at``, for the checks
+    to judge over planned looks (repro.verdicts.sequential); None without looks or per-seed rows."""
+    per = R.metric("final_w2_grad_norm").where(norm="layernorm")
+    if not at or not per:
+        return None
+    out = {"at": at, "post": [], "pre": [], "ratio": []}
+    for seed in params["seeds"]:
+        post, pre = ({r["sweep"]["depth"]: r["value"] for r in per.where(position=pos, seed=seed)}
+                     for pos in ("post", "pre"))
+        depths = sorted(set(post) & set(pre))
+        if len(depths) < 2:
+            return None
+        lx = [math.log(L) for L in depths]
+        for kind, ys in (("post", [post[L] for L in depths]), ("pre", [pre[L] for L in depths]),
+                         ("ratio", [pre[L] / post[L] for L in depths])):
+            out[kind].append(statistics.linear_regression(lx, [math.log(y) for y in ys]).slope)
+    return out
+
+
+def _looked(seeds: dict, kinds: tuple[str, ...], decide) -> tuple[bool | None, dict, dict]:
+    """A Fig 3(c,d) check over the planned looks: ``decide({kind: (lo, hi)})`` on the first n seeds' intervals at
+    each look's confidence -> (passed, {kind: (mean, lo, hi)} at the deciding look, the look)."""
+    def at_look(n: int, confidence: float):
+        ivs = {k: sample_interval_at(seeds[k][:n], confidence) for k in kinds}
+        return decide({k: iv[1:] for k, iv in ivs.items()}), ivs
+
+    out = sequential(at_look, seeds["at"])
+    return out["passed"], out["result"], {**out["look"], "decided": out["passed"] is not None}
+
+
+def _depth_exponent_checks(R: Rows, c: dict, seeds: dict | None = None) -> list[dict]:
+    """Fig 3(c,d) and the Theorem 1 setting: the final-W2 depth exponents of Post-LN, Pre-LN and their ratio. With
+    planned looks (``seeds``: :func:`_fig3_seeds`), Fig 3(c,d)'s checks are decided at the first look whose interval
+    (at 1 - 0.05 / looks) decides, and record it (``look``)."""
     tol, flat_tol = c["exponent_tolerance"], c["flat_depth_exponent_max"]
     e_post, e_pre = _paper("thm1_postln_depth_exponent"), _paper("thm1_preln_depth_exponent")
     e_ratio = _paper("thm1_preln_over_postln_depth_exponent")
@@ -204,6 +278,9 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
                                 f"post {e_post:g} +- {flat_tol}; pre {e_pre:g} +- {tol} (Theorem 1)",
                                 interval="95% t-interval over seeds (strict at the edges)", undecided_because=why,
                                 thresholds=uses(c, "flat_depth_exponent_max", "exponent_tolerance"), power=pw))
+        if seeds and prefix == "fig3" and post and pre:
+            checks[-1] = _with_looks(checks[-1], seeds, ("post", "pre"), lambda iv: both(
+                decide_within(*iv["post"], *post_band), decide_within(*iv["pre"], *pre_band)), "d ln(norm)/d ln(L)")
         checks.append(check(f"{label}: depth exponent of the Pre/Post ratio",
                             decide_within(*_ci(ratio), e_ratio - tol, e_ratio + tol),
                             f"{_txt(ratio)} (mean [95% CI], {int(ratio['n'])} seeds)",
@@ -216,7 +293,29 @@ def _depth_exponent_checks(R: Rows, c: dict) -> list[dict]:
                             thresholds=uses(c, "exponent_tolerance"),
                             power=power(ratio["value"], *_ci(ratio), (e_ratio - tol, e_ratio + tol),
                                         int(ratio["n"] or 1), unit)))
+        if seeds and prefix == "fig3":
+            checks[-1] = _with_looks(checks[-1], seeds, ("ratio",),
+                                     lambda iv: decide_within(*iv["ratio"], e_ratio - tol, e_ratio + tol),
+                                     "d ln(norm)/d ln(L)")
     return checks
+
+
+def _with_looks(chk: dict, seeds: dict, kinds: tuple[str, ...], decide, what: str) -> dict:
+    """``chk`` decided over the planned looks instead of once on every seed (:func:`_looked`): its decision, the
+    intervals of the deciding look, the look and the interval's words; its power stays the full sample's."""
+    passed, ivs, look = _looked(seeds, kinds, decide)
+    pct = f"{100 * look['confidence']:g}%"
+    txt = ", ".join(f"{k} {m:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (m, lo, hi) in ivs.items())
+    out = {**chk, "passed": passed, "look": look,
+           "measured": f"{what}: {txt} (mean [{pct} CI], first {look['n']} of {seeds['at'][-1]} "
+                       f"seeds); {look_text(look)}",
+           "interval": f"{pct} t-interval over the first n seeds at each planned look (n = "
+                       f"{', '.join(map(str, seeds['at']))}; Bonferroni over {look['of']} looks; strict at the edges)",
+           "undecided_because": None if passed is not None else
+           f"no planned look decided: the {pct} interval overlaps or touches the edge of the band at every look"}
+    if chk.get("numbers"):  # the check's headline number is its first part's (Post-LN's slope, the ratio's exponent)
+        out["numbers"] = {**chk["numbers"], "value": ivs[kinds[0]][0], "lo": ivs[kinds[0]][1], "hi": ivs[kinds[0]][2]}
+    return out
 
 
 def _lemma2_postln_checks(R: Rows, c: dict) -> list[dict]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from repro import config, provenance
+from repro import config, plan, provenance
 
 RUN, REFERENCE = "run", "reference"
 # Beside a published claim's results when it was measured on a modified tree whose measurement code is the
@@ -95,7 +95,9 @@ def origin_of(verdict: dict, kind: str, claim: str, fingerprint: dict | None = N
     rejudged = verdict.get("rejudged") if isinstance(verdict.get("rejudged"), dict) else {}
     git = (fingerprint or {}).get("git") or {}
     keys = recorded_keys(verdict)
-    reasons = provenance.stale_reasons(keys, claim, checkout_config_key(claim, str(verdict.get("scale") or "")))
+    scale = str(verdict.get("scale") or "")
+    reasons = provenance.stale_reasons(keys, claim, checkout_config_key(claim, scale),
+                                       plan_now=checkout_plan_hash(claim, scale))
     return Origin(kind=kind, hardware=str(verdict.get("hardware") or ""),
                   commit=measured.get("commit") or verdict.get("commit") or git.get("commit"),
                   dirty=measured.get("dirty", git.get("dirty")),
@@ -113,6 +115,16 @@ def checkout_config_key(claim: str, scale: str) -> str | None:
     (paper scale without its data paths): then the config is not compared."""
     try:
         return provenance.config_key(config.job_params(claim, scale))
+    except (config.ConfigError, KeyError):
+        return None
+
+
+@lru_cache(maxsize=None)
+def checkout_plan_hash(claim: str, scale: str) -> str | None:
+    """The hash of the checkout's plan block of ``claim`` at ``scale`` (repro.provenance.plan_hash); None when there
+    is none or it does not validate (then the plan is not compared)."""
+    try:
+        return provenance.plan_hash(plan.block(claim, scale))
     except (config.ConfigError, KeyError):
         return None
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro import registry
+from repro import config, plan, registry
 from repro.report import headline, peers, runtime
 from repro.report.origin import RUN, WAIVER, origin_of
 from repro.io import (CORE_FILES, atomic_write_text, declared_files, read_json, read_metrics, read_verdict,
                       verify_results)
-from repro.verdicts import _meaning
+from repro.verdicts import _meaning, look_text
 
 log = logging.getLogger("repro.report")
 
@@ -316,13 +316,15 @@ def _headline_mark(verdict: dict):
 
 
 def claim_blocks(claim: str, verdict: dict, fp: dict, metrics: pd.DataFrame, results_dir: Path,
-                 figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN) -> list[tuple]:
-    """A claim page, each fact once: the headline row, the verdict's reason, where it comes from, the checks
-    (details collapsed), the figures, the paper's claim and the setup, then what would decide it, the rows beside
-    the published numbers and where the numbers come from."""
+                 figures: list[tuple[str, str]], fig_dir: Path, kind: str = RUN,
+                 page_dir: Path | None = None) -> list[tuple]:
+    """A claim page, each fact once: the headline row, the verdict's reason, where it comes from, the plan it was
+    judged under, the checks (details collapsed), the figures, the paper's claim and the setup, then what would
+    decide it, the rows beside the published numbers and where the numbers come from."""
     info = claim_info(claim)
     blocks: list[tuple] = [("h1", f"{info['code']} {claim}: {info['title']}")] + headline_blocks(verdict)
-    blocks += reason_blocks(verdict) + origin_blocks(claim, verdict, fp, kind) + checks_blocks(verdict)
+    blocks += reason_blocks(verdict) + origin_blocks(claim, verdict, fp, kind) + plan_blocks(verdict, page_dir)
+    blocks += checks_blocks(verdict)
     if figures:
         blocks += [("h2", "Figures")] + [("figure", fig_dir / name, caption) for name, caption in figures]
     blocks += claim_text_blocks(info) + setup_blocks(verdict) + power_blocks(claim, verdict, results_dir)
@@ -349,6 +351,34 @@ def claim_text_blocks(info: dict) -> list[tuple]:
     return [("h2", "The paper's claim"), ("quote", info["statement"].strip()),
             ("p", "Sources: " + ("; ".join(registry.citation(s) for s in info.get("sources", []))
                                  or "none (the suite's own benchmark)"))]
+
+
+def plan_blocks(verdict: dict, page_dir: Path | None = None) -> list[tuple]:
+    """The "Plan" block: the confirmatory plan the verdict was judged under (repro.plan): its key, how it was chosen
+    (links to the records, relative to ``page_dir``), the confirmatory checks, the looks and which decided, the spent
+    seeds; or that none was recorded (a verdict judged before plans, or measured before them)."""
+    block, key = verdict.get("plan"), verdict.get("plan_key")
+    if not block or not key:
+        why = " (measured before plans)" if "plan_key" not in verdict else ""
+        return [("h2", "Plan"), ("p", f"{plan.NONE}{why}.")]
+    def link(path: str) -> str:
+        target = os.path.relpath(config.ROOT / path, page_dir) if page_dir is not None else path
+        return f"[{path}]({Path(target).as_posix()})"
+    measured = verdict.get("plan_measured_key")
+    lines = [f"Plan `{key[:12]}`" + ("" if measured == key else
+                                     " (measured before plans)" if measured is None else
+                                     f"; measured under plan `{measured[:12]}`: the thresholds or the plan changed "
+                                     f"after measuring"),
+             f"How chosen: {block['how']} ({', '.join(link(p) for p in block['chosen_by'])})",
+             "Confirmatory checks: " + ("all" if block["confirmatory"] == "all" else "; ".join(block["confirmatory"]))]
+    looked = [f"{c['name']}: {look_text(c['look'])}" for c in verdict.get("checks") or [] if c.get("look")]
+    if block.get("looks"):
+        lk = block["looks"]
+        lines.append(f"Looks: {lk['param']} at {', '.join(map(str, lk['at']))} ({lk['spending']}); "
+                     + ("; ".join(looked) or "no check judged over them"))
+    if block.get("spent"):
+        lines.append("Spent seeds: " + "; ".join(f"{s['seeds']} ({s['by']})" for s in block["spent"]))
+    return [("h2", "Plan"), ("list", lines)]
 
 
 UNRECORDED = [n for n in CORE_FILES if n != "verdict.json"]  # the files a verdict's integrity record should cover
@@ -550,7 +580,7 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
     results_dir, page, fig_dir = Path(results_dir), Path(page), Path(fig_dir)
     verdict, fp, metrics = read_results(results_dir)
     figures = make_plots(claim, metrics, results_dir, verdict, fig_dir)
-    blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir, kind)
+    blocks = claim_blocks(claim, verdict, fp, metrics, results_dir, figures, fig_dir, kind, page.parent)
     atomic_write_text(page, render_markdown(blocks, page.parent))
     title = f"{claim} on {verdict.get('hardware')} ({verdict.get('scale')}): {verdict['verdict']}"
     atomic_write_text(page.with_suffix(".html"), render_html(blocks, title))

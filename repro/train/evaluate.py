@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from repro import provenance
+from repro import plan, provenance
 from repro.bench.fingerprint import fingerprint
 from repro.io import metric, write_measurement
 from repro.cli import add_params_arguments, load_keys, load_params, out_folder, setup_logging
@@ -126,11 +126,11 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     t0, started = time.time(), datetime.now(timezone.utc).isoformat(timespec="seconds")
     keys = keys or provenance.artefact_keys(
-        "translation_evaluate", json.loads(a.params) if a.params else params, thresholds)
+        "translation_evaluate", json.loads(a.params) if a.params else params, thresholds, plan.block(CLAIM, a.scale))
     rows, context = evaluate(params, a.scale, a.model, a.out, a.lm)
     write_measurement(a.out, claim=CLAIM, scale=a.scale, metrics=rows, config=params, keys=keys, context=context,
                       fingerprint=fingerprint(a.hardware), inputs={"model": a.model, **({"lm": a.lm} if a.lm else {})},
-                      started=started)
+                      started=started, plan=plan.for_measurement(CLAIM, a.scale, keys.get("config"), thresholds))
     log.info("translation: measured in %.1f s", time.time() - t0)
     if not a.measure_only:
         rejudge(CLAIM, a.out, a.scale, thresholds, judge_key=keys.get("judge"))
