@@ -129,7 +129,8 @@ def _check_looks(where: str, looks: Any, confirmation: list[str], params: Mappin
 
 
 def _as_list(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    """A seed parameter's seeds: a list as it is, null as none (a sweep this scale does not run), else the one."""
+    return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
 
 
 def seed_params(params: Mapping, prefix: str = "") -> dict[str, Any]:

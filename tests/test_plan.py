@@ -19,7 +19,7 @@ from repro.verdicts import decide_interval, look_text, sequential
 ROOT = Path(__file__).resolve().parents[1]
 PLANNED_SCALES = ("default", "paper")
 # their plans are written on other branches (the warm-up and quantization re-plans); checked once they exist
-PLANNED_ELSEWHERE = {"warmup_stability", "quantization"}
+PLANNED_ELSEWHERE = {"quantization"}
 
 
 def _pilot_seeds(node, where: str):
