@@ -176,7 +176,8 @@ def load_data(t, name: str, params: dict) -> dict:
     val = _subset(enc["valid"], range(n_val))
     scored = _join(val, _scored_test(tparams, t.tokenizer, corpus, max_len, ev.get("ppl_test_sentences", 0),
                                      int(np.max(enc["valid"].index, initial=0)) + 1))
-    data = {"valid": valid_batches(scored, ev["max_tokens"]), "calib": {},
+    data = {"valid": valid_batches(scored, ev["max_tokens"]), "calib": {}, "scored": scored,
+            "max_tokens": ev["max_tokens"],
             "unigram_ppl": unigram_ppl(enc["train"], scored, int(t.checkpoint["model_cfg"]["vocab_size"]))}
     for seed in cal["seeds"]:
         rng = np.random.default_rng(seed)
@@ -471,11 +472,11 @@ def _load(paths: dict, name: str, device):
     return t
 
 
-def run_model(base, name: str, params: dict, device, data: dict, score, about: dict | None = None
-              ) -> tuple[list[dict], dict]:
-    """Every method of :func:`methods` on ``base`` (restored after each), scored by ``score(model)`` (a dict with
-    valid_ppl, valid_nll, valid_tokens and, for translation, bleu); ``data`` holds the calibration batches per seed,
-    the unigram baseline and (translation) the copy baseline."""
+def run_model(base, name: str, params: dict, device, data: dict, score, about: dict | None = None,
+              grid: list[dict] | None = None) -> tuple[list[dict], dict]:
+    """Every method of ``grid`` (None: :func:`methods`) on ``base`` (restored after each), scored by
+    ``score(model)`` (a dict with valid_ppl, valid_nll, valid_tokens and, for translation, bleu); ``data`` holds the
+    calibration batches per seed, the unigram baseline and (translation) the copy baseline."""
     rows, extra = [], {}
     t0 = time.perf_counter()
     n_params = sum(p.numel() for p in base.parameters())
@@ -513,7 +514,7 @@ def run_model(base, name: str, params: dict, device, data: dict, score, about: d
 
     fp_bytes = Q.stored_weight_bytes(base)
     losses: dict[str, list] = {}
-    for m in methods(params):
+    for m in methods(params) if grid is None else grid:
         tm = time.perf_counter()
         with Q.restored(base) as model:
             r, report, q, b = _one_method(model, name, m, params, calibrate_with, score,
@@ -526,9 +527,46 @@ def run_model(base, name: str, params: dict, device, data: dict, score, about: d
                  time.perf_counter() - tm)
         rows.append(metric(CLAIM, "method_seconds", time.perf_counter() - tm, "s", **_sweep(name, m)))
     rows += paired_rows(name, losses)
+    extra["fp32_losses"] = losses["fp32"][0]
     rows.append(metric(CLAIM, "weight_bytes_fp32", fp_bytes["bytes"], "bytes", model=name))
     rows.append(metric(CLAIM, "model_seconds", time.perf_counter() - t0, "s", model=name))
     return rows, extra
+
+
+OUTLIER_MODEL = "lm_outliers"
+
+
+def run_outlier_copy(t, params: dict, device, data: dict, fp32_losses: tuple) -> tuple[list[dict], dict]:
+    """fp32 and the int8 methods on the LM's function-preserving copy with outlier features
+    (repro.quant.outliers.with_outliers, ``outlier_copy``), as model ``lm_outliers``, on the first
+    ``outlier_copy.sentences`` scored sentences (null: all). Also the copy's fp32 against the LM's own fp32 on the
+    same sentences: ``outlier_copy_fp32_change``, the largest per-sentence change of the NLL per token (the copy
+    computes the same function: float rounding only)."""
+    oc = params["outlier_copy"]
+    twin, dims = Q.with_outliers(t.model, int(oc["dims"]), float(oc["scale"]))
+    sub = dict(data)
+    n = oc.get("sentences")
+    if n:
+        sub["valid"] = _first_sentences(data, int(n))
+    grid = [m for m in methods(params) if m["family"] in ("fp32", "int8")]
+    score = lambda m: evaluate(t, m, "lm", sub, params, device)  # noqa: E731
+    rows, extra = run_model(twin, OUTLIER_MODEL, params, device, sub, score,
+                            dict(source="lm", outlier_dims=",".join(map(str, dims)), scale=float(oc["scale"])),
+                            grid=grid)
+    mine, theirs = extra["fp32_losses"], fp32_losses
+    k = len(mine[0])
+    change = np.abs(mine[0] - theirs[0][:k]) / np.maximum(mine[1], 1)
+    rows.append(metric(CLAIM, "outlier_copy_fp32_change", float(change.max()), "nats/token", kind="statistic",
+                       model=OUTLIER_MODEL, n=k, dims=",".join(map(str, dims)), scale=float(oc["scale"])))
+    return rows, extra
+
+
+def _first_sentences(data: dict, n: int) -> list:
+    """Batches of the first ``n`` scored sentences (:func:`load_data`'s, in corpus order, as the LM's losses are)."""
+    scored = data["scored"]
+    if np.any(np.diff(np.asarray(scored.index)) <= 0):
+        raise QuantizationError("quantization.outlier_copy.sentences: the scored sentences are not in corpus order")
+    return valid_batches(_subset(scored, range(min(n, len(scored)))), data["max_tokens"])
 
 
 def _sweep(name: str, m: dict) -> dict:
@@ -603,6 +641,11 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             data = load_data(t, name, params)
             r, e = run_model(t.model, name, params, device, data,
                              lambda m, t=t, name=name, data=data: evaluate(t, m, name, data, params, device))
+            if name == "lm" and params.get("outlier_copy", {}).get("dims"):
+                rows += r
+                extra[name] = e
+                r, e = run_outlier_copy(t, params, device, data, e["fp32_losses"])
+                name = OUTLIER_MODEL
         rows += r
         extra[name] = e
     tm = params["timing"]

@@ -166,18 +166,18 @@ def _power_two(iv: dict, thr: float, show=lambda x: x) -> dict:
     return pw
 
 
-def _power_fixed(value, lo, hi, thr, gap: float, fixed: float, shrinking: float, n: int | None, fixed_words: str,
-                 show=lambda x: x) -> dict:
-    """power= of a deterministic method's comparison: its half-width is a run-to-run part that no sample narrows
-    (``fixed``: :func:`_noise`'s) and the evaluation's sampling part (``shrinking``, over ``n`` sentences)."""
-    pw = power(value, lo, hi, thr, n or 0, "evaluation sentences")
-    if pw["n_needed"] is None or (n and pw["n_needed"] <= n):
-        return pw
-    pw["n_needed"] = _needed(gap, shrinking, fixed, n) if n and shrinking > 0 else None
-    if pw["n_needed"] is None:
-        pw["why"] = (f"{fixed_words} alone is too wide to exclude the threshold at the power table's power: no "
-                     "evaluation size decides it, only a larger difference than this model shows would" if n
-                     else PREDATES)
+def _power_sentences(iv: dict, thr: float, show=lambda x: x) -> dict:
+    """power= of a deterministic method's comparison (:func:`_diff` with no seeds): its interval is the evaluation
+    sentences' paired sampling error alone, so the sentences that would decide it at the power table's power if
+    the estimate held; rows without the paired losses say so."""
+    lo_t, hi_t = (thr if isinstance(thr, tuple) else (thr, thr))
+    edge = lo_t if abs(iv["d"] - lo_t) < abs(iv["d"] - hi_t) else hi_t
+    pw = power(_snap(show(iv["d"]), *map(show, (lo_t, hi_t))), show(iv["lo"]), show(iv["hi"]),
+               tuple(map(show, thr)) if isinstance(thr, tuple) else show(thr), iv["n"] or 0, "evaluation sentences")
+    if iv["predates"]:
+        pw.update(n_needed=None, why=PREDATES)
+    elif pw["n_needed"] is not None and iv["n"] and pw["n_needed"] > iv["n"]:
+        pw["n_needed"] = _needed(abs(_snap(iv["d"], edge) - edge), iv["eval_half"], 0.0, iv["n"])
     return pw
 
 
@@ -185,24 +185,6 @@ def _worst(pws: list[dict]) -> dict | None:
     """The power of a check that holds when every setting's interval lies below its threshold: sized by the setting
     projected to decide it first (repro.verdicts.sized: the cheapest failing one, else the last to hold)."""
     return sized([(side(p, "below"), p) for p in pws if p])[1]
-
-
-def _noise(R: Rows, m):
-    """(relative half-width, words): the 95% prediction half-width of one quantized model's perplexity change,
-    bounded by the largest spread of GPTQ's perplexity over calibration seeds on the same model and tokens (how
-    far a quantizer's rounding moves the perplexity when the rounding is perturbed); LLM.int8() and absmax are
-    deterministic and measured once, so that spread is the only noise estimate the rows carry. None when no
-    GPTQ setting has two seeds."""
-    fp, best = _ppl(R, m, "fp32"), None
-    for meth in _gptq_methods(R, m):
-        g = _ppl(R, m, meth)
-        if g and g[1] is not None and np.isfinite(g[1]) and (best is None or g[1] > best[1]):
-            best = (meth, g[1], g[2])
-    if not fp or best is None:
-        return None, "no calibration-seed spread in the rows to bound the change"
-    lo_, hi_ = t_interval(0.0, best[1] * np.sqrt(best[2] + 1) / fp[0], best[2])
-    return float(hi_), (f"+- {100 * hi_:.2f}%: 95% t prediction half-width of one run from the largest "
-                        f"calibration-seed spread ({best[0]}: sd {best[1]:.3f} ppl over {best[2]} seeds)")
 
 
 def _no_outlier_features(R: Rows, m, params: dict) -> str | None:
@@ -248,56 +230,67 @@ def _pct(x: float) -> float:
 
 
 # --- the checks, in the order of the page; each returns its check(s) on one model (none without the rows)
+def _vw_degrades(R: Rows, m) -> str | None:
+    """Why the int8 comparison on ``m`` cannot discriminate though it has outlier features, or None: vector-wise
+    int8 must measurably degrade there (the interval of its change against fp32 above 0), else an LLM.int8() that
+    keeps perplexity shows nothing vector-wise int8 would not (LLM.int8() Section 3.2: the decomposition is for
+    the outliers that break vector-wise quantization)."""
+    if not R.metric("valid_ppl").where(model=m, method="int8_vectorwise"):
+        return None
+    iv = _diff(R, m, "int8_vectorwise", "fp32")
+    if iv is None or iv["predates"]:
+        return None
+    if _above(iv["lo"], iv["hi"], 0.0):
+        return None
+    return (f"vector-wise int8 does not measurably degrade here ({_pct(iv['d']):+.3f}% "
+            f"[{_pct(iv['lo']):+.3f}%, {_pct(iv['hi']):+.3f}%])")
+
+
+def _int8_headline_here(R: Rows, m, params: dict) -> bool:
+    """LLM.int8()'s equivalence is a headline on ``m`` when ``m`` can discriminate it, or when no measured model
+    can (then each model's not-applicable check is the headline: the run could not decide the claim)."""
+    models = R.metric("valid_ppl").where(method="llm_int8").sweep("model")
+    able = [x for x in models if _no_outlier_features(R, x, params) is None and _vw_degrades(R, x) is None]
+    return m in able or not able
+
+
 def _int8_unchanged(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """1. LLM.int8() keeps perplexity: an equivalence test, the whole interval of the change inside the suite's
-    +-tol (derived from LLM.int8() Table 1; the paper states none). The interval: the noise of one quantized run
-    (:func:`_noise`) and the evaluation's paired sampling error, in quadrature. Not applicable where the activations
-    hold no outlier features (:func:`_no_outlier_features`): without them vector-wise int8 keeps perplexity too, so
-    the comparison cannot discriminate (it is reported, never held). Where outlier features exist but LLM.int8() and
-    vector-wise int8 gave identical losses, the check is named for what it tests (8-bit inference) and credits no
-    decomposition (that is :func:`_decomposition`, undecided then)."""
+    """1. LLM.int8() keeps perplexity: an equivalence test, the whole 95% interval of the change inside the suite's
+    +-tol (derived from LLM.int8() Table 1; the paper states none). LLM.int8() is deterministic: its interval is the
+    evaluation sentences' paired sampling error (:func:`_diff`). Not applicable where the comparison cannot
+    discriminate: activations without outlier features (:func:`_no_outlier_features`), or vector-wise int8 not
+    measurably degrading on them (:func:`_vw_degrades`); then it is reported, never held, and a headline only when
+    no model of the run can discriminate (the outlier copy, model lm_outliers, is where it can)."""
     fp, li = _ppl(R, m, "fp32"), _ppl(R, m, "llm_int8")
     if not (fp and li):
         return []
     tol_pct = _pub("int8_ppl_equivalence_tol")
     tol = tol_pct / 100
+    bounds = (math.log(1 - tol), math.log(1 + tol))
     iv = _diff(R, m, "llm_int8", "fp32")
-    h, how = _noise(R, m)
-    r = _pct(iv["d"])
-    same, none = _vectorwise_here(R, m), _no_outlier_features(R, m, params)
-    ok, lo, hi = None, -math.inf, math.inf
-    if h is not None and math.isfinite(iv["d"]):
-        half = math.hypot(h, iv["eval_half"] if math.isfinite(iv["eval_half"]) else 0.0)
-        lo, hi = _pct(iv["d"] - half), _pct(iv["d"] + half)
-        ok = None if none else _within(iv["d"] - half, iv["d"] + half, math.log(1 - tol), math.log(1 + tol))
-    iv_text = None if h is None else (f"[{lo:+.2f}%, {hi:+.2f}%]: " + how
-                                      + (f", and +- {_pct(iv['eval_half']):.3f}% from the evaluation sentences"
-                                         if not iv["predates"] else "") + _eval_words(iv))
-    gap = min(math.log(1 + tol) - iv["d"], iv["d"] - math.log(1 - tol))
-    pw = None if h is None or none else _power_fixed(_snap(r, -tol_pct, tol_pct), lo, hi, (-tol_pct, tol_pct), gap,
-                                                     h, iv["eval_half"], iv["n"],
-                                                     "the noise of one quantized run (the calibration seeds' spread)")
-    why = (f"not applicable: {none}; without outliers vector-wise int8 already keeps perplexity, so the comparison "
-           "cannot discriminate what LLM.int8() is about (it keeps perplexity where outliers break vector-wise int8)"
-           if none else how if h is None else f"the change's interval [{lo:+.2f}%, {hi:+.2f}%] reaches the "
-           f"+-{tol_pct}% tolerance")
-    name = (f"{m}: int8 inference keeps perplexity (LLM.int8() is vector-wise int8 here)" if same and not none
-            else f"{m}: LLM.int8() leaves perplexity unchanged")
-    scope = (f"; {same}: one measurement, counted once; it shows that 8-bit inference keeps perplexity, not what "
-             "the decomposition adds (the decomposition check)") if same else ""
-    return [gated(check(name, ok, f"fp32 {fp[0]:.3f}, LLM.int8() {li[0]:.3f} ({r:+.2f}%){scope}",
+    r, lo, hi = _pct(iv["d"]), _pct(iv["lo"]), _pct(iv["hi"])
+    none = _no_outlier_features(R, m, params) or _vw_degrades(R, m)
+    ok = None if none or iv["predates"] else _within(iv["lo"], iv["hi"], *bounds)
+    why = (f"not applicable: {none}; without outliers that break vector-wise int8 the comparison cannot "
+           "discriminate what LLM.int8() is about (it keeps perplexity where outliers break vector-wise int8)"
+           if none else PREDATES if iv["predates"] else
+           f"the change's interval [{lo:+.3f}%, {hi:+.3f}%] reaches the +-{tol_pct}% tolerance")
+    return [gated(check(f"{m}: LLM.int8() leaves perplexity unchanged", ok,
+                        f"fp32 {fp[0]:.3f}, LLM.int8() {li[0]:.3f} ({r:+.3f}%)",
                         f"13B C4: fp32 {_pub('int8_c4_ppl_13b_fp32')}, LLM.int8() "
                         f"{_pub('int8_c4_ppl_13b_llm_int8')}; suite: equivalence, the change's interval inside "
                         f"+-{tol_pct}% (the suite's bound, derived from LLM.int8() Table 1's largest change: "
-                        "registry int8_ppl_equivalence_tol; the paper states no tolerance)", headline=True,
-                        interval=iv_text, undecided_because=None if ok is not None else why,
-                        numbers=numbers(r, "% perplexity change", lo=None if h is None else lo,
-                                        hi=None if h is None else hi,
+                        "registry int8_ppl_equivalence_tol; the paper states no tolerance)",
+                        headline=_int8_headline_here(R, m, params),
+                        interval=f"[{lo:+.3f}%, {hi:+.3f}%]: 95% interval of the change from the evaluation "
+                        "sentences (LLM.int8() is deterministic)" + _eval_words(iv),
+                        undecided_because=None if ok is not None else why,
+                        numbers=numbers(r, "% perplexity change", lo=lo, hi=hi,
                                         paper=100 * (_pub("int8_c4_ppl_13b_llm_int8")
                                                      / _pub("int8_c4_ppl_13b_fp32") - 1),
                                         compare="difference", criterion="suite", rule=f"within +-{tol_pct:g}%",
                                         source="int8_c4_ppl_13b_llm_int8"),
-                        power=pw),
+                        power=None if none else _power_sentences(iv, bounds, _pct)),
                   gates)]
 
 
@@ -343,74 +336,51 @@ def _gptq_below_rtn(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> lis
                   gates)]
 
 
+def _int8_worse(R: Rows, m, a: str, name: str, expected: str, gates: list[dict], same=None) -> list[dict]:
+    """int8 method ``a`` loses more perplexity than LLM.int8() on the same sentences: the 95% interval of
+    ln ppl(a) - ln ppl(LLM.int8()), both deterministic, from the evaluation sentences' paired error (:func:`_diff`),
+    above 0. ``same``: why the two are one measurement (then not applicable)."""
+    ab, li = _ppl(R, m, a), _ppl(R, m, "llm_int8")
+    iv = _diff(R, m, a, "llm_int8")
+    ok = None if same or iv["predates"] else _above(iv["lo"], iv["hi"], 0.0)
+    why = (f"not applicable: {same}; the two are one measurement, so it cannot credit the decomposition" if same
+           else PREDATES if iv["predates"] else None if ok is not None else
+           "the difference's interval includes 0: the two are within the evaluation sentences' error"
+           + (" (with 0 outlier dimensions there is no outlier to lose precision to)" if _no_outliers(R, m) else ""))
+    return [gated(check(f"{m}: {name}", ok,
+                        f"{a.replace('int8_', '')} {ab[0]:.3f} vs LLM.int8() {li[0]:.3f} ({_pct(iv['d']):+.3f}%)",
+                        expected, interval=None if same else
+                        f"[{_pct(iv['lo']):+.3f}%, {_pct(iv['hi']):+.3f}%] (both deterministic: the evaluation "
+                        "sentences' paired error" + _eval_words(iv) + ")",
+                        undecided_because=why, power=None if same else _power_sentences(iv, 0.0, _pct)),
+                  gates)]
+
+
 def _absmax_worse(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
-    """3. absmax worse than LLM.int8(): strictly, beyond the noise of one run on each side and the evaluation's
-    paired sampling error."""
-    ab, li, fp = _ppl(R, m, "int8_absmax"), _ppl(R, m, "llm_int8"), _ppl(R, m, "fp32")
-    if not (ab and li and fp):
+    """3. Tensor-wise absmax int8 worse than LLM.int8() (LLM.int8() Table 1: 19.08 vs 12.45 at 13B)."""
+    if not (_ppl(R, m, "int8_absmax") and _ppl(R, m, "llm_int8") and _ppl(R, m, "fp32")):
         return []
     same = _vectorwise_here(R, m)
-    h, how = _noise(R, m)
-    iv = _diff(R, m, "int8_absmax", "llm_int8")
-    d = iv["d"]
-    band = None if h is None else h * np.sqrt(2)  # two independent single runs
-    ok, lo, hi, pw = None, -math.inf, math.inf, None
-    if band is not None and math.isfinite(d):
-        half = math.hypot(band, iv["eval_half"] if math.isfinite(iv["eval_half"]) else 0.0)
-        lo, hi = d - half, d + half
-        ok = _above(lo, hi, 0.0)
-        pw = _power_fixed(_pct(d), _pct(lo), _pct(hi), 0.0, abs(d), band, iv["eval_half"], iv["n"],
-                          "the noise of two quantized runs (the calibration seeds' spread)")
-    return [gated(check(f"{m}: tensor-wise absmax int8 loses more than LLM.int8()", ok,
-                        f"absmax {ab[0]:.3f} vs LLM.int8() {li[0]:.3f} ({_pct(d):+.2f}%)"
-                        + (f"; {same}" if same else ""),
-                        f"13B: absmax {_pub('int8_c4_ppl_13b_absmax')} vs "
-                        f"{_pub('int8_c4_ppl_13b_llm_int8')} (strictly worse, beyond the noise)",
-                        interval=None if band is None else
-                        f"[{_pct(lo):+.2f}%, {_pct(hi):+.2f}%] (" + how + ", x sqrt 2" + _eval_words(iv) + ")",
-                        undecided_because=None if ok is not None else (
-                            how if band is None else "the difference's interval includes 0: absmax "
-                            "and LLM.int8() are within the noise" + (
-                                " (with 0 outlier dimensions tensor-wise absmax has no outlier to "
-                                "lose precision to)" if _no_outliers(R, m) else "")),
-                        power=pw),
-                  gates)]
+    out = _int8_worse(R, m, "int8_absmax", "tensor-wise absmax int8 loses more than LLM.int8()",
+                      f"13B: absmax {_pub('int8_c4_ppl_13b_absmax')} vs {_pub('int8_c4_ppl_13b_llm_int8')} "
+                      "(strictly worse, beyond the evaluation's error)", gates)
+    if same:
+        out[0]["measured"] += f"; {same}"
+    return out
 
 
 def _decomposition(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
     """4. The check that credits LLM.int8()'s outlier decomposition: vector-wise int8 loses perplexity that
-    LLM.int8() keeps. Undecided when LLM.int8() is the vector-wise product (0 outlier dimensions, identical losses):
-    the same measurement cannot credit the decomposition, and is counted once (by the int8 check)."""
-    vw, li = _ppl(R, m, "int8_vectorwise"), _ppl(R, m, "llm_int8")
+    LLM.int8() keeps. Not applicable when LLM.int8() is the vector-wise product (0 outlier dimensions, identical
+    losses): the same measurement cannot credit the decomposition, and is counted once."""
     dd = R.metric("decomposed_dims").where(model=m, method="llm_int8").first()
-    if not (vw and li and dd):
+    if not (_ppl(R, m, "int8_vectorwise") and _ppl(R, m, "llm_int8") and dd):
         return []
-    same = _vectorwise_here(R, m)
-    h, how = _noise(R, m)
-    iv = _diff(R, m, "int8_vectorwise", "llm_int8")
-    ok, lo, hi, pw, why = None, -math.inf, math.inf, None, None
-    if same:
-        why = (f"not applicable: {same}; the two are one measurement, so it cannot credit the decomposition "
-               "(outliers emerge at >= 6.7B parameters)")
-    elif h is None:
-        why = how
-    else:
-        band = h * np.sqrt(2)
-        half = math.hypot(band, iv["eval_half"] if math.isfinite(iv["eval_half"]) else 0.0)
-        lo, hi = iv["d"] - half, iv["d"] + half
-        ok = _above(lo, hi, 0.0)
-        pw = _power_fixed(_pct(iv["d"]), _pct(lo), _pct(hi), 0.0, abs(iv["d"]), band, iv["eval_half"], iv["n"],
-                          "the noise of two quantized runs (the calibration seeds' spread)")
-        why = None if ok is not None else "the difference's interval includes 0"
-    return [gated(check(f"{m}: the outlier decomposition improves on vector-wise int8", ok,
-                        f"vector-wise {vw[0]:.3f} vs LLM.int8() {li[0]:.3f}; {int(dd['value'])} "
-                        f"(layer, dim) pairs reached |x| >= {params['int8']['threshold']}",
-                        "vector-wise int8 degrades once outliers emerge (>= 6.7B); the decomposition "
-                        "keeps fp16 quality",
-                        interval=None if pw is None else f"[{_pct(lo):+.2f}%, {_pct(hi):+.2f}%] ({how}, x sqrt 2"
-                        + _eval_words(iv) + ")",
-                        undecided_because=why, power=pw),
-                  gates)]
+    out = _int8_worse(R, m, "int8_vectorwise", "the outlier decomposition improves on vector-wise int8",
+                      "vector-wise int8 degrades once outliers emerge (>= 6.7B); the decomposition keeps fp16 "
+                      "quality", gates, same=_vectorwise_here(R, m))
+    out[0]["measured"] += f"; {int(dd['value'])} (layer, dim) pairs reached |x| >= {params['int8']['threshold']}"
+    return out
 
 
 def _values_8bit(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
@@ -536,6 +506,14 @@ def _gates(R: Rows, m, c: dict) -> list[dict]:
                         fp[0] < c["lm_gate_ratio"] * uni,
                         f"perplexity {fp[0]:.2f} vs unigram {uni:.2f}",
                         f"below {c['lm_gate_ratio']} x the unigram perplexity ({c['lm_gate_ratio'] * uni:.2f})"))
+    cp = R.metric("outlier_copy_fp32_change").where(model=m).first()
+    if cp:
+        out.append(gate(f"{m}: the outlier copy computes the LM's function in fp32",
+                        cp["value"] <= c["copy_fp32_tol"],
+                        f"largest per-sentence change of the fp32 NLL against the LM's: {cp['value']:.2g} nats/token "
+                        f"over {int(cp['n'])} sentences (dims {cp['sweep'].get('dims')} x {cp['sweep'].get('scale')})",
+                        f"<= {c['copy_fp32_tol']:g} nats/token (float rounding only)",
+                        thresholds=uses(c, "copy_fp32_tol")))
     cb, fb = R.metric("copy_bleu").where(model=m).first(), R.metric("bleu").where(model=m, method="fp32").first()
     if cb and fb:
         bleu_margin = float(c["bleu_gate_margin"])
@@ -614,8 +592,8 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     interval from both of its sources (:func:`_diff`): the spread of D over GPTQ's calibration seeds and the
     evaluation tokens' own sampling error, the standard error of the paired per-sentence difference the measurement
     records (``paired_nll_diff``), added as variances (Welch-Satterthwaite degrees of freedom). The noise of one
-    deterministic run (LLM.int8(), absmax) is bounded by the largest spread of GPTQ's perplexity over calibration
-    seeds (:func:`_noise`) and added to the evaluation's error in quadrature. A value or an interval edge on a
+    deterministic method (LLM.int8(), absmax, vector-wise int8, RTN) is its own: the evaluation sentences' paired
+    error alone (it has no calibration seeds). A value or an interval edge on a
     threshold is a tie: undecided. Every interval-decided check carries ``power=`` (the seeds or evaluation sentences
     that would decide it if the estimate held). Gates: the fp32 LM's validation perplexity is below
     ``lm_gate_ratio`` x the unigram baseline (translation: BLEU more than ``bleu_gate_margin`` above the copy
