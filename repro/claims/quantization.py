@@ -29,6 +29,11 @@ Methods (``int8.modes``, ``rtn``, ``gptq`` in the config):
   ``calibration.sentences`` training sentences drawn with each of ``calibration.seeds`` (GPTQ: 128 random
   2048-token C4 segments): the spread over calibration seeds decides the GPTQ checks.
 
+LLM.int8() is judged where it can discriminate: with ``outlier_copy.dims`` > 0 the shared LM is also measured as
+``lm_outliers``, a function-preserving copy whose int8 matmul inputs carry outlier features of the paper's size
+(repro.quant.outliers; fp32 and the int8 methods only, on the first ``outlier_copy.sentences`` scored sentences,
+with the copy's fp32 change against the LM recorded: ``outlier_copy_fp32_change``).
+
 Measured per model and method: validation perplexity (and BLEU for the translation model) with each evaluation
 unit's loss (validation sentence, or window of the paper path) kept, so that every comparison of two methods on the
 same tokens is paired: ``paired_nll_diff`` rows (:func:`paired_rows`: every method against fp32, GPTQ against RTN
