@@ -24,7 +24,7 @@ Methods (``int8.modes``, ``rtn``, ``gptq`` in the config):
   channel of the weights: LLM.int8() Section 3.1) and ``llm_int8`` (vector-wise plus the mixed-precision
   decomposition of the feature dimensions with |x| >= ``int8.threshold``: Section 3.2) - Table 1;
 - RTN (round-to-nearest, min-max grid per output channel or per group of input columns) at ``rtn.bits`` - the
-  baseline of GPTQ Tables 2-4;
+  baseline of GPTQ Tables 3-5;
 - GPTQ at ``gptq.bits`` with its options (groups, act-order, dampening, block size 128), calibrated on
   ``calibration.sentences`` training sentences drawn with each of ``calibration.seeds`` (GPTQ: 128 random
   2048-token C4 segments): the spread over calibration seeds decides the GPTQ checks.

@@ -1,6 +1,7 @@
 """The judge of quantization (C10): LLM.int8() (Dettmers et al., NeurIPS 2022, arXiv 2208.07339: Table 1, C4
-perplexity of int8 methods beside 32-bit; Section 3 memory; Section 4.1 outlier emergence) and GPTQ (Frantar et al.,
-ICLR 2023, arXiv 2210.17323: Tables 2-4, GPTQ against round-to-nearest at 3 and 4 bits; its generation speedups).
+perplexity of int8 methods beside 32-bit; Section 3 memory; Section 4.2 / Fig. 3a outlier emergence, by the criteria
+of Section 4.1) and GPTQ (Frantar et al., ICLR 2023, arXiv 2210.17323: Tables 3-5, GPTQ against round-to-nearest at
+3 and 4 bits; its generation speedups).
 
 Judges the rows repro/claims/quantization.py measured on the suite's trained models (or an imported Hugging Face
 model): the fp32 models' gates, LLM.int8()'s unchanged perplexity and GPTQ's win over RTN (headlines), and the
@@ -324,13 +325,13 @@ def _gptq_below_rtn(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> lis
         PREDATES + ", so no interval holds both sources" if old_rows else
         "an interval of GPTQ - RTN (calibration seeds and evaluation sentences) reaches 0")
     return [gated(check(f"{m}: GPTQ's perplexity is below RTN's at the same bits and groups", ok,
-                        "; ".join(parts), "GPTQ Tables 2-4: GPTQ < RTN at 3 and 4 bits (RTN collapses at 3 bits)",
+                        "; ".join(parts), "GPTQ Tables 3-5: GPTQ < RTN at 3 and 4 bits (RTN collapses at 3 bits)",
                         headline=True, interval="perplexity change GPTQ vs RTN, 95% interval from the calibration "
                         "seeds' spread and the evaluation sentences' paired error (Welch-Satterthwaite): "
                         + "; ".join(ivs), undecided_because=why,
                         numbers=numbers(_pct(worst[1]), f"% perplexity, GPTQ vs RTN ({worst[0]})",
                                         lo=_pct(worst[2]), hi=_pct(worst[3]),
-                                        paper_text="GPTQ below RTN at 3 and 4 bits (GPTQ Tables 2-4)",
+                                        paper_text="GPTQ below RTN at 3 and 4 bits (GPTQ Tables 3-5)",
                                         rule="< 0 in every setting"),
                         power=_worst(pws)),
                   gates)]
@@ -525,7 +526,8 @@ def _gates(R: Rows, m, c: dict) -> list[dict]:
 
 
 def _emergence(R: Rows, models: list) -> list[dict]:
-    """9. Outlier emergence with scale: reported, undecided (one model size shows no trend)."""
+    """9. Outlier emergence with scale (Section 4.2; the criteria: Section 4.1): reported, undecided (one model size
+    shows no trend)."""
     emer = []
     for m in models:
         la, sa, p = (R.metric(k).where(model=m).first()
@@ -535,7 +537,7 @@ def _emergence(R: Rows, models: list) -> list[dict]:
     if not emer:
         return []
     la_pub, sa_pub = _pub("int8_emergence_layers_affected"), _pub("int8_emergence_seq_dims_affected")
-    return [check("outlier features emerge with scale (LLM.int8() Section 4.1)", None,
+    return [check("outlier features emerge with scale (LLM.int8() Section 4.2, Fig. 3a)", None,
                   "; ".join(f"{m} ({p / 1e6:.1f}M params): {la:.0f}% of layers, {sa:.1f}% of sequence "
                             "positions" for m, la, sa, p in emer),
                   f"{la_pub[0]}% -> {la_pub[1]}% of layers and {sa_pub[0]}% -> {sa_pub[1]}% of sequence "
@@ -602,22 +604,21 @@ def judge(rows: list[dict], thresholds: dict, context: dict) -> dict:
     Headlines:
     1. LLM.int8() keeps perplexity - the interval of ppl(llm_int8) / ppl(fp32) - 1 lies inside
        +-``int8_ppl_equivalence_tol`` (13B C4: 12.45 = 12.45), on the models where it can discriminate (outlier
-       features that measurably break vector-wise int8: the LM's outlier copy lm_outliers): the suite's bound (registry: derived
-       from Table 1's largest change, not a number the paper states), shown as the suite's criterion. Not applicable
-       (reported, never held) where the activations hold no outlier features of the paper's size (Section 4.1:
-       |x| >= 6 in >= 25% of the layers and 6% of the sequence positions; ``systematic_outlier_dims`` 0): without
-       them vector-wise int8 already keeps perplexity, so the comparison cannot discriminate. With outlier features
-       but losses identical to vector-wise int8 it is the vector-wise int8 product, one measurement counted once,
-       and the check is named for 8-bit inference (it credits no decomposition).
-    2. GPTQ beats RTN at 3 and 4 bits (GPTQ Tables 2-4): for every GPTQ setting, the interval of
+       features that measurably break vector-wise int8: the LM's outlier copy lm_outliers): the suite's bound
+       (registry: derived from Table 1's largest change, not a number the paper states), shown as the suite's
+       criterion. Not applicable (reported, never held, and a headline only when no model can discriminate) where
+       the activations hold no outlier features of the paper's size (Section 4.1: |x| >= 6 in >= 25% of the layers
+       and 6% of the sequence positions; ``systematic_outlier_dims`` 0) or vector-wise int8 does not measurably
+       degrade on them: then the comparison cannot discriminate.
+    2. GPTQ beats RTN at 3 and 4 bits (GPTQ Tables 3-5): for every GPTQ setting, the interval of
        ln ppl(GPTQ) - ln ppl(RTN) (same bits and groups) lies below 0. Rows without the paired per-sentence losses
        (measured before they were recorded) decide nothing.
     Secondary:
-    3. absmax (tensor-wise) int8 loses more than LLM.int8() (19.08 vs 12.45): beyond two runs' noise and the
-       evaluation's error.
+    3. absmax (tensor-wise) int8 loses more than LLM.int8() (19.08 vs 12.45): beyond the evaluation sentences'
+       paired error (both deterministic).
     4. The decomposition matters where there are outliers (the check that credits it): ppl(vectorwise) >
-       ppl(llm_int8); undecided (not applicable) when LLM.int8() is the vector-wise product (0 outlier dimensions,
-       identical losses).
+       ppl(llm_int8); not applicable without outlier features or when LLM.int8() is the vector-wise product (0
+       outlier dimensions, identical losses).
     5. More than 99.9% of the values are multiplied in 8 bits (not applicable without outlier dimensions).
     6. LLM.int8() weights take about half of 16-bit weights (< ``int8_bytes_max`` x fp16, scales included).
     7. GPTQ 4-bit (every group setting) loses little: the interval of its perplexity change against fp32 below

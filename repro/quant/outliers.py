@@ -18,9 +18,9 @@ columns of S are c times smaller; int8 stores them on each output channel's grid
 Linear8bitLt dequantizes its outlier columns from the int8 codes, so does repro.quant.int8): their int8 error is c
 times the original's relative to them, so LLM.int8()'s own error grows with c through those few columns (a
 disadvantage to LLM.int8(), not a help; tests/test_quant_outliers.py measures it), while vector-wise int8 loses
-the precision of every other dimension of every token. S: the ``n_dims`` dimensions whose gains have the largest mean |g| over the blocks' norms
-(deterministic, no seed). Post-LN blocks (the norm output is the residual stream itself) and ScaleNorm (one scalar
-gain) have no such per-dimension rescaling: refused.
+the precision of every other dimension of every token. S: the ``n_dims`` dimensions whose gains have the largest
+mean |g| over the blocks' norms (deterministic, no seed). Post-LN blocks (the norm output is the residual stream
+itself) and ScaleNorm (one scalar gain) have no such per-dimension rescaling: refused.
 """
 from __future__ import annotations
 
