@@ -68,7 +68,14 @@ def test_tiny_run(tiny_models):
         assert {(r["sweep"]["method"], r["sweep"]["versus"]) for r in paired} >= {
             ("llm_int8", "fp32"), ("gptq_w4", "rtn_w4"), ("gptq_w3_g16", "rtn_w3_g16"), ("int8_absmax", "llm_int8")}
         n_valid = Rows(rows).metric("valid_ppl").where(model=m, method="fp32")[0]
-        for r in paired:
+        pooled = {(r["sweep"]["method"], r["sweep"]["versus"]): r for r in paired if r["sweep"].get("pooled")}
+        assert set(pooled) == {("gptq_4bit", "rtn_4bit"), ("gptq_3bit", "rtn_3bit")}
+        for (a, b), r in pooled.items():  # the mean of the settings' differences (equal token counts)
+            settings = r["sweep"]["pooled"].split(",")
+            assert settings == [f"gptq_w{a[5]}", f"gptq_w{a[5]}_g16"]
+            per = [paired.where(method=g, versus=g.replace("gptq", "rtn")).first()["value"] for g in settings]
+            assert r["value"] == pytest.approx(sum(per) / len(per), abs=1e-9)
+        for r in paired.filter(lambda r: not r["sweep"].get("pooled")):
             # the validation sentences and the test sentences scored beside them (eval.ppl_test_sentences)
             assert r["n"] == params["eval"]["valid_sentences"] + params["eval"]["ppl_test_sentences"]
             assert r["sweep"]["units"] == "sentences"
@@ -157,11 +164,13 @@ def _rows(fp=40.0, llm=40.01, absmax=41.0, vw=40.01, rtn4=44.0, rtn3=80.0, gptq4
                 r.append(metric(C, "layer_rel_error", 0.02, model="lm", method=meth, quantizer="rtn",
                                 layer=f"l{layer}", calibration_seed=s))
     if paired:
-        for a, b in qz.comparisons(list(ppl)):
-            d = math.log(sum(ppl[a]) / len(ppl[a])) - math.log(ppl[b][0])
+        pooled = [(f"gptq_{b}bit", f"rtn_{b}bit", p[0]) for b, p in qz.pooled_pairs(list(ppl)).items()]
+        for a, b, *one in qz.comparisons(list(ppl)) + pooled:  # one GPTQ setting per bit width: pooled = it
+            x, y = (one[0] if one else (a, b))
+            d = math.log(sum(ppl[x]) / len(ppl[x])) - math.log(ppl[y][0])
             r.append(metric(C, "paired_nll_diff", d, "nats/token", kind="statistic", spread=eval_se, n=400,
-                            model="lm", method=a, versus=b, seeds=len(ppl[a]), units="sentences",
-                            identical=ppl[a] == ppl[b]))
+                            model="lm", method=a, versus=b, seeds=len(ppl[x]), units="sentences",
+                            identical=ppl[x] == ppl[y]))
     r += [metric(C, "decomposed_dims", dims, model="lm", method="llm_int8"),
           metric(C, "values_8bit_pct", frac, model="lm", method="llm_int8"),
           metric(C, "weight_bytes_vs_fp16", bytes_, model="lm", method="llm_int8")]
@@ -420,3 +429,32 @@ def test_outlier_copy_gate_and_headline_moves_to_the_copy():
     bad = {**ok, "value": 0.01}
     v = _status(plain + cp + [bad])
     assert _int8_head(v)["passed"] is None and v["verdict"] == "inconclusive"
+
+
+def test_gptq_vs_rtn_headline_pools_the_group_settings():
+    """The headline compares GPTQ and RTN per bit width, pooled over the group settings (GPTQ Tables 3-5): a
+    setting that ties on its own leaves the per-setting check undecided while the bit width's pooled interval,
+    from the per-seed means and the pooled paired row, decides; a pooled difference above 0 fails the headline."""
+    def rows(g4, g4b, rtn4b=44.2, se=0.0003):
+        r = [x for x in _rows(gptq4=g4, eval_se=se) if not (x["metric"] == "paired_nll_diff"
+                                                            and x["sweep"]["method"] == "gptq_4bit")]
+        for s, v in enumerate(g4b):
+            r.append(metric(C, "valid_ppl", v, model="lm", method="gptq_w4_g64", family="gptq", bits=4,
+                            calibration_seed=s))
+        r.append(metric(C, "valid_ppl", rtn4b, model="lm", method="rtn_w4_g64", family="rtn", bits=4))
+        d_b = math.log(sum(g4b) / 3) - math.log(rtn4b)
+        r.append(metric(C, "paired_nll_diff", d_b, "nats/token", spread=se, n=400, model="lm", method="gptq_w4_g64",
+                        versus="rtn_w4_g64", seeds=3, units="sentences", identical=False))
+        d_a = math.log(sum(g4) / 3) - math.log(44.0)
+        r.append(metric(C, "paired_nll_diff", (d_a + d_b) / 2, "nats/token", spread=se * 0.8, n=400, model="lm",
+                        method="gptq_4bit", versus="rtn_4bit", seeds=3, units="sentences", identical=False,
+                        pooled="gptq_w4,gptq_w4_g64"))
+        return r
+
+    v = _status(rows(g4=(43.99, 44.01, 44.0), g4b=(43.70, 43.72, 43.71)))  # w4 ties; w4_g64 -1.1%
+    head, each = _named(v, "GPTQ's perplexity is below RTN's at 3"), _named(v, "GPTQ's perplexity is below RTN's in")
+    assert head["headline"] and not each["headline"]
+    assert head["passed"] is True and each["passed"] is None
+    assert "4-bit" in head["interval"] and head["numbers"]["rule"] == "< 0 at every bit width"
+    assert _named(_status(rows(g4=(44.6, 44.7, 44.65), g4b=(44.5, 44.4, 44.45))),
+                  "GPTQ's perplexity is below RTN's at 3")["passed"] is False

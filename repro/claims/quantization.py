@@ -341,7 +341,26 @@ def paired_rows(name: str, losses: dict) -> list[dict]:
         rows.append(metric(CLAIM, "paired_nll_diff", p["diff"], "nats/token", kind="statistic", spread=p["se"],
                            n=p["units"], model=name, method=a, versus=b, seeds=len(losses[a]),
                            units=losses[a][0][2], identical=p["identical"]))
+    for bits, pairs in pooled_pairs(list(losses)).items():
+        # GPTQ against RTN at one bit width, pooled over the group settings: the mean of the settings' per-unit
+        # losses on each side, so the units' paired error of the pooled difference the judge decides on
+        g = (np.mean([merged[a][0] for a, _ in pairs], axis=0), merged[pairs[0][0]][1])
+        r = (np.mean([merged[b][0] for _, b in pairs], axis=0), merged[pairs[0][1]][1])
+        p = paired_diff(g, r)
+        rows.append(metric(CLAIM, "paired_nll_diff", p["diff"], "nats/token", kind="statistic", spread=p["se"],
+                           n=p["units"], model=name, method=f"gptq_{bits}bit", versus=f"rtn_{bits}bit",
+                           seeds=len(losses[pairs[0][0]]), units=losses[pairs[0][0]][0][2], identical=p["identical"],
+                           pooled=",".join(a for a, _ in pairs)))
     return rows
+
+
+def pooled_pairs(names: list[str]) -> dict[int, list[tuple[str, str]]]:
+    """Per bit width, the (GPTQ, RTN) settings of :func:`comparisons` at that width (every group setting)."""
+    out: dict[int, list] = {}
+    for a, b in comparisons(names):
+        if a.startswith("gptq_w") and b.startswith("rtn_w"):
+            out.setdefault(int(a.split("_")[1][1:]), []).append((a, b))
+    return out
 
 
 def model_forward(model, batch):
