@@ -426,6 +426,8 @@ def test_outlier_copy_gate_and_headline_moves_to_the_copy():
     assert "lm_outliers: LLM.int8() leaves perplexity unchanged" in heads
     assert "lm: LLM.int8() leaves perplexity unchanged" not in heads
     assert v["verdict"] == "reproduced", v["reason"]
+    share = next(c for c in v["checks"] if c["name"].startswith("lm_outliers: more than"))
+    assert share["passed"] is None and "by construction" in share["undecided_because"]
     bad = {**ok, "value": 0.01}
     v = _status(plain + cp + [bad])
     assert _int8_head(v)["passed"] is None and v["verdict"] == "inconclusive"
