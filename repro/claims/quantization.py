@@ -24,10 +24,15 @@ Methods (``int8.modes``, ``rtn``, ``gptq`` in the config):
   channel of the weights: LLM.int8() Section 3.1) and ``llm_int8`` (vector-wise plus the mixed-precision
   decomposition of the feature dimensions with |x| >= ``int8.threshold``: Section 3.2) - Table 1;
 - RTN (round-to-nearest, min-max grid per output channel or per group of input columns) at ``rtn.bits`` - the
-  baseline of GPTQ Tables 2-4;
+  baseline of GPTQ Tables 3-5;
 - GPTQ at ``gptq.bits`` with its options (groups, act-order, dampening, block size 128), calibrated on
   ``calibration.sentences`` training sentences drawn with each of ``calibration.seeds`` (GPTQ: 128 random
   2048-token C4 segments): the spread over calibration seeds decides the GPTQ checks.
+
+LLM.int8() is judged where it can discriminate: with ``outlier_copy.dims`` > 0 the shared LM is also measured as
+``lm_outliers``, a function-preserving copy whose int8 matmul inputs carry outlier features of the paper's size
+(repro.quant.outliers; fp32 and the int8 methods only, on the first ``outlier_copy.sentences`` scored sentences,
+with the copy's fp32 change against the LM recorded: ``outlier_copy_fp32_change``).
 
 Measured per model and method: validation perplexity (and BLEU for the translation model) with each evaluation
 unit's loss (validation sentence, or window of the paper path) kept, so that every comparison of two methods on the
@@ -176,7 +181,8 @@ def load_data(t, name: str, params: dict) -> dict:
     val = _subset(enc["valid"], range(n_val))
     scored = _join(val, _scored_test(tparams, t.tokenizer, corpus, max_len, ev.get("ppl_test_sentences", 0),
                                      int(np.max(enc["valid"].index, initial=0)) + 1))
-    data = {"valid": valid_batches(scored, ev["max_tokens"]), "calib": {},
+    data = {"valid": valid_batches(scored, ev["max_tokens"]), "calib": {}, "scored": scored,
+            "max_tokens": ev["max_tokens"],
             "unigram_ppl": unigram_ppl(enc["train"], scored, int(t.checkpoint["model_cfg"]["vocab_size"]))}
     for seed in cal["seeds"]:
         rng = np.random.default_rng(seed)
@@ -335,7 +341,26 @@ def paired_rows(name: str, losses: dict) -> list[dict]:
         rows.append(metric(CLAIM, "paired_nll_diff", p["diff"], "nats/token", kind="statistic", spread=p["se"],
                            n=p["units"], model=name, method=a, versus=b, seeds=len(losses[a]),
                            units=losses[a][0][2], identical=p["identical"]))
+    for bits, pairs in pooled_pairs(list(losses)).items():
+        # GPTQ against RTN at one bit width, pooled over the group settings: the mean of the settings' per-unit
+        # losses on each side, so the units' paired error of the pooled difference the judge decides on
+        g = (np.mean([merged[a][0] for a, _ in pairs], axis=0), merged[pairs[0][0]][1])
+        r = (np.mean([merged[b][0] for _, b in pairs], axis=0), merged[pairs[0][1]][1])
+        p = paired_diff(g, r)
+        rows.append(metric(CLAIM, "paired_nll_diff", p["diff"], "nats/token", kind="statistic", spread=p["se"],
+                           n=p["units"], model=name, method=f"gptq_{bits}bit", versus=f"rtn_{bits}bit",
+                           seeds=len(losses[pairs[0][0]]), units=losses[pairs[0][0]][0][2], identical=p["identical"],
+                           pooled=",".join(a for a, _ in pairs)))
     return rows
+
+
+def pooled_pairs(names: list[str]) -> dict[int, list[tuple[str, str]]]:
+    """Per bit width, the (GPTQ, RTN) settings of :func:`comparisons` at that width (every group setting)."""
+    out: dict[int, list] = {}
+    for a, b in comparisons(names):
+        if a.startswith("gptq_w") and b.startswith("rtn_w"):
+            out.setdefault(int(a.split("_")[1][1:]), []).append((a, b))
+    return out
 
 
 def model_forward(model, batch):
@@ -471,11 +496,11 @@ def _load(paths: dict, name: str, device):
     return t
 
 
-def run_model(base, name: str, params: dict, device, data: dict, score, about: dict | None = None
-              ) -> tuple[list[dict], dict]:
-    """Every method of :func:`methods` on ``base`` (restored after each), scored by ``score(model)`` (a dict with
-    valid_ppl, valid_nll, valid_tokens and, for translation, bleu); ``data`` holds the calibration batches per seed,
-    the unigram baseline and (translation) the copy baseline."""
+def run_model(base, name: str, params: dict, device, data: dict, score, about: dict | None = None,
+              grid: list[dict] | None = None) -> tuple[list[dict], dict]:
+    """Every method of ``grid`` (None: :func:`methods`) on ``base`` (restored after each), scored by
+    ``score(model)`` (a dict with valid_ppl, valid_nll, valid_tokens and, for translation, bleu); ``data`` holds the
+    calibration batches per seed, the unigram baseline and (translation) the copy baseline."""
     rows, extra = [], {}
     t0 = time.perf_counter()
     n_params = sum(p.numel() for p in base.parameters())
@@ -513,7 +538,7 @@ def run_model(base, name: str, params: dict, device, data: dict, score, about: d
 
     fp_bytes = Q.stored_weight_bytes(base)
     losses: dict[str, list] = {}
-    for m in methods(params):
+    for m in methods(params) if grid is None else grid:
         tm = time.perf_counter()
         with Q.restored(base) as model:
             r, report, q, b = _one_method(model, name, m, params, calibrate_with, score,
@@ -526,9 +551,46 @@ def run_model(base, name: str, params: dict, device, data: dict, score, about: d
                  time.perf_counter() - tm)
         rows.append(metric(CLAIM, "method_seconds", time.perf_counter() - tm, "s", **_sweep(name, m)))
     rows += paired_rows(name, losses)
+    extra["fp32_losses"] = losses["fp32"][0]
     rows.append(metric(CLAIM, "weight_bytes_fp32", fp_bytes["bytes"], "bytes", model=name))
     rows.append(metric(CLAIM, "model_seconds", time.perf_counter() - t0, "s", model=name))
     return rows, extra
+
+
+OUTLIER_MODEL = "lm_outliers"
+
+
+def run_outlier_copy(t, params: dict, device, data: dict, fp32_losses: tuple) -> tuple[list[dict], dict]:
+    """fp32 and the int8 methods on the LM's function-preserving copy with outlier features
+    (repro.quant.outliers.with_outliers, ``outlier_copy``), as model ``lm_outliers``, on the first
+    ``outlier_copy.sentences`` scored sentences (null: all). Also the copy's fp32 against the LM's own fp32 on the
+    same sentences: ``outlier_copy_fp32_change``, the largest per-sentence change of the NLL per token (the copy
+    computes the same function: float rounding only)."""
+    oc = params["outlier_copy"]
+    twin, dims = Q.with_outliers(t.model, int(oc["dims"]), float(oc["scale"]))
+    sub = dict(data)
+    n = oc.get("sentences")
+    if n:
+        sub["valid"] = _first_sentences(data, int(n))
+    grid = [m for m in methods(params) if m["family"] in ("fp32", "int8")]
+    score = lambda m: evaluate(t, m, "lm", sub, params, device)  # noqa: E731
+    rows, extra = run_model(twin, OUTLIER_MODEL, params, device, sub, score,
+                            dict(source="lm", outlier_dims=",".join(map(str, dims)), scale=float(oc["scale"])),
+                            grid=grid)
+    mine, theirs = extra["fp32_losses"], fp32_losses
+    k = len(mine[0])
+    change = np.abs(mine[0] - theirs[0][:k]) / np.maximum(mine[1], 1)
+    rows.append(metric(CLAIM, "outlier_copy_fp32_change", float(change.max()), "nats/token", kind="statistic",
+                       model=OUTLIER_MODEL, n=k, dims=",".join(map(str, dims)), scale=float(oc["scale"])))
+    return rows, extra
+
+
+def _first_sentences(data: dict, n: int) -> list:
+    """Batches of the first ``n`` scored sentences (:func:`load_data`'s, in corpus order, as the LM's losses are)."""
+    scored = data["scored"]
+    if np.any(np.diff(np.asarray(scored.index)) <= 0):
+        raise QuantizationError("quantization.outlier_copy.sentences: the scored sentences are not in corpus order")
+    return valid_batches(_subset(scored, range(min(n, len(scored)))), data["max_tokens"])
 
 
 def _sweep(name: str, m: dict) -> dict:
@@ -603,6 +665,11 @@ def run(params: dict, scale: str, out) -> tuple[list[dict], dict]:
             data = load_data(t, name, params)
             r, e = run_model(t.model, name, params, device, data,
                              lambda m, t=t, name=name, data=data: evaluate(t, m, name, data, params, device))
+            if name == "lm" and params.get("outlier_copy", {}).get("dims"):
+                rows += r
+                extra[name] = e
+                r, e = run_outlier_copy(t, params, device, data, e["fp32_losses"])
+                name = OUTLIER_MODEL
         rows += r
         extra[name] = e
     tm = params["timing"]

@@ -1,4 +1,4 @@
-"""C10 plots: perplexity per quantization method beside fp32 (LLM.int8() Table 1, GPTQ Tables 2-4), stored weight
+"""C10 plots: perplexity per quantization method beside fp32 (LLM.int8() Table 1, GPTQ Tables 3-5), stored weight
 bytes against 16-bit, GPTQ vs RTN layer-wise reconstruction error, and the outlier features per layer (LLM.int8()
 Section 4.1)."""
 from __future__ import annotations
