@@ -553,10 +553,10 @@ def test_the_null_control_keeps_diverged_a_flag_and_reaches_the_headline():
     0: no difference between configurations), so the gates pass and the tied NLLs fail "Post-LN needs warm-up":
     the null decides. Turned into a number (x 1.37 + 0.37, as the null once did) the flag counts every run as
     diverged, every gate fails and the null decides nothing: the control's assertion fails there."""
-    from test_judge_contract import _controls, _judge, _reference, _rows as ref_rows, null
+    from test_judge_contract import _controls, _judge, _reference, _rows as ref_rows, null_of
 
     folder, ctl = _reference("warmup_stability"), _controls("warmup_stability")
-    tied = null(ref_rows(folder))
+    tied = null_of(ctl, ref_rows(folder))
     assert {r["value"] for r in tied if r["metric"] == "diverged"} == {0.0}
     v = _judge("warmup_stability", folder, tied)
     assert ctl.null_reaches(v) == [] and all(g["passed"] for g in v["gates"])

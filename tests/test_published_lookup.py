@@ -17,7 +17,8 @@ from repro.report import pages
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM, KEY = "block_numerics", "gain_0p9_pow_40"  # the plain chain's 0.9^40 = 0.0148, a headline check
-REFERENCE = ROOT / "references" / "results" / "cpu-amd-epyc-2c" / "default" / CLAIM
+# a reference measured before rows stored only the registry key (its metrics.csv holds the published value too)
+REFERENCE = ROOT / "references" / "results" / "cpu-intel-xeon-2c" / "default" / CLAIM
 
 
 def _corrected(monkeypatch, claim: str, key: str, value) -> None:

@@ -360,9 +360,9 @@ def _random_checks(j: _Judging) -> list[dict]:
     return [check(name, passed, f"{summary}; " + "; ".join(t.text() for t in tests), f"{expected}; {test}",
                   headline=True, thresholds=used, undecided_because=why,
                   power=_permutation_power(ps, alpha) if passed is None else None,
-                  numbers=numbers(100 * share, "% of the random selections beaten (mean over counts, the weaker rule)",
+                  numbers=numbers(100 * share, "% of random selections beaten (weaker rule)",
                                   paper_text=RANDOM_PAPER, criterion="suite",
-                                  rule=f"permutation test over random orderings, p < {alpha:g} for every rule"))]
+                                  rule=f"permutation test, p < {alpha:g} for every rule"))]
 
 
 def _permutation_power(ps: dict, alpha: float) -> dict:

@@ -134,6 +134,8 @@ _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 _BAND = re.compile(rf"({_NUMBER})\s*\+-\s*({_NUMBER})\s*(%?)")
 _RANGE = re.compile(rf"\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]|^\s*({_NUMBER})\s*\.\.\s*({_NUMBER})\s*$")
 _THRESHOLD = re.compile(rf"(>=|<=|>|<)\s*({_NUMBER})")
+_P_VALUE = re.compile(r"\bp\s*<")
+_WITHIN = re.compile(rf"within\s*\+-\s*({_NUMBER})")  # an equivalence bound around no change: |x| <= w
 
 
 def criterion(nums: dict | None) -> tuple[float, float] | None:
@@ -143,7 +145,11 @@ def criterion(nums: dict | None) -> tuple[float, float] | None:
     paper's value for "exact"; read from the headline's ``rule`` (repro.verdicts.numbers, written by the judge from
     its thresholds). None when the headline has no rule in these forms."""
     rule = str((nums or {}).get("rule") or "")
-    band, span = _BAND.search(rule), _RANGE.search(rule)
+    band, span, within = _BAND.search(rule), _RANGE.search(rule), _WITHIN.search(rule)
+    if _P_VALUE.search(rule):  # a test's p-value decided it: no line on the value's own axis
+        return None
+    if within:  # "within +-1%": the change lies within w of none
+        return -abs(float(within.group(1))), abs(float(within.group(1)))
     if span:  # "[a, b]" or a whole rule "a..b"
         lo, hi = (span.group(1), span.group(2)) if span.group(1) is not None else (span.group(3), span.group(4))
         return float(lo), float(hi)
@@ -279,6 +285,10 @@ def headline_figure(files: "ResultFiles", out_dir, name: str = "headline.png", l
     # the criterion is drawn only on the axis of the quantity it decided (a headline shown in the paper's unit but
     # decided on another names its criterion in the title instead)
     drawn = interval == "interval that decided" and criterion(nums) is not None
+    if not drawn and nums.get("rule"):
+        ax.repro_criterion_elsewhere = nums["rule"]  # named in the title, not on this axis's scale
+        if nums["rule"] not in title:
+            title += f"\n{'the suite' if nums.get('criterion') == 'suite' else 'the paper'}'s criterion: {nums['rule']}"
     return save_headline(fig, ax, out_dir, name, nums.get("unit") or "", title,
                          f"The headline: the measured value with its {interval}"
                          + ("" if interval == "interval that decided" or not label else f" ({label.splitlines()[-1]})")
