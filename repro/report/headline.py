@@ -284,7 +284,7 @@ def row(verdict: dict, claim: str, verdict_cell: str, limit: int = 60) -> dict:
     h = cells(verdict, limit)
     name = h["name"] if h["check"] is not None else ""
     return {"claim": f"{claim}: {name}" if name else claim, "paper": h["paper"], "measured [interval]": h["value"],
-            "vs paper": h["compare"], "verdict": verdict_cell}
+            "vs paper": clip(h["compare"], limit), "verdict": verdict_cell}
 
 
 def record(verdict: dict) -> dict:

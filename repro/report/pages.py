@@ -591,7 +591,7 @@ def claim_page(claim: str, results_dir: str | Path, page: str | Path, fig_dir: s
     return page
 
 
-WHY = 80  # characters of a verdict's reason an index cell shows; the claim page has it in full
+WHY = 64  # characters of a verdict's reason an index cell shows; the claim page has it in full
 
 
 def why_text(verdict: dict, limit: int = WHY) -> str:
@@ -639,7 +639,7 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
         vpath = res / claim / "verdict.json"
         if vpath.exists():
             v = read_verdict(vpath)
-            row = headline.row(v, f"[{claim}]({claim}.md)", f"**{v['verdict']}**", 72)
+            row = headline.row(v, f"[{claim}]({claim}.md)", f"**{v['verdict']}**", 56)
             check = headline.headline_check(v)
             if check is not None and not check.get("numbers"):
                 row["measured [interval]"] = "-"
@@ -647,8 +647,8 @@ def index_page(results_root: str | Path, reports_root: str | Path, hardware: str
                          when: origin_of(v, kind, claim).short()})
         elif claim in implemented:
             rows.append({"id": info["code"], "claim": f"{claim}: {_name(claim)}", "paper": "", "measured [interval]":
-                         "", "vs paper": "", "verdict": "not run", "why": f"not run here: snakemake "
-                         f"claim_{claim} --config scale={scale}", when: ""})
+                         "", "vs paper": "", "verdict": "not run", "why": f"run: snakemake claim_{claim}"
+                         + ("" if scale == "default" else f" (scale={scale})"), when: ""})
         else:
             rows.append({"id": info["code"], "claim": f"{claim}: {_name(claim)}", "paper": "", "measured [interval]":
                          "", "vs paper": "", "verdict": "not_implemented", "why": "no workflow yet", when: ""})
