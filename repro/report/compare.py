@@ -649,7 +649,7 @@ def _page_lines(claim: str, table: pd.DataFrame, shown: pd.DataFrame, meta: pd.D
                                                 "machine: nothing to compare."), ""]
     hw_of_paper = sorted({h for h in table["paper hardware"] if h and h != "headline"})
     legend = ("; ".join(f"**{short[h]}**: `{h}`" for h in hws if h not in left_out)
-              + f". Values are `value +- spread (n)`. **paper**: the published number (its unit given where it "
+              + ". Values are `value +- spread (n)`. **paper**: the published number (its unit given where it "
               "differs; repro/registry/published.yaml)"
               + (f", measured on {', '.join(hw_of_paper)}" if hw_of_paper else "")
               + "; on the headline's row, the headline's paper value. **vs paper** and "
