@@ -19,7 +19,8 @@ def paper_false(rows):
     rows = edit(rows, "valid_ppl", lambda r: fp32 * 1.5, sweep_method="llm_int8")
     for bits in ("w3", "w3_g64", "w4", "w4_g64"):
         rtn = values(rows, "valid_ppl", sweep_method=f"rtn_{bits}")[0]
-        rows = edit(rows, "valid_ppl", lambda r, rtn=rtn: rtn * 1.05 + 0.01 * (int(float(r.get("sweep.calibration_seed") or 0)) % 10),
+        rows = edit(rows, "valid_ppl",
+                    lambda r, rtn=rtn: rtn * 1.05 + 0.01 * (int(float(r.get("sweep.calibration_seed") or 0)) % 10),
                     sweep_method=f"gptq_{bits}")
     return rows
 

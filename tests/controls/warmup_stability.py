@@ -2,10 +2,11 @@
 
 Every control first raises every run's greedy BLEU above the copy baseline (``_translating``), so the gates pass
 whatever the reference measured and the judge decides. ``paper_false`` then removes Xiong et al.'s effect: Post-LN
-without warm-up ends exactly where Post-LN with warm-up ends (plus a little noise: 0.01 nats per unit of the seed's last digit), seed by seed (its extra seeds at
-the warm-up runs' mean). ``paper_true`` puts Xiong's picture in instead: Post-LN without warm-up
-2 nats above its warm-up runs on every seed, Pre-LN (with and without warm-up) just below the Post-LN baseline. ``ties`` puts each headline gap, and the BLEU gate, exactly on its threshold (NLLs chosen
-dyadic so the paired differences, and the differences of the means, are exact in floating point). The main
+without warm-up ends exactly where Post-LN with warm-up ends (plus a little noise: 0.01 nats per unit of the seed's
+last digit), seed by seed (its extra seeds at the warm-up runs' mean). ``paper_true`` puts Xiong's picture in
+instead: Post-LN without warm-up 2 nats above its warm-up runs on every seed, Pre-LN (with and without warm-up) just
+below the Post-LN baseline. ``ties`` puts each headline gap, and the BLEU gate, exactly on its threshold (NLLs
+chosen dyadic so the paired differences, and the differences of the means, are exact in floating point). The main
 configuration (depth, highest lr, longest warm-up) is read from the rows, so the controls follow whichever grid the
 reference measured. ``null_reaches`` says where the contract's null must get: past the gates, to the headline.
 """
