@@ -97,10 +97,12 @@ def tiny_models(tmp_path_factory):
     return root
 
 
-def test_tiny_run(tiny_models):
-    out = tiny_models / "layer_pruning"
+@pytest.mark.parametrize("quality", ["valid_nll", "bleu"])
+def test_tiny_run(tiny_models, quality):
+    out = tiny_models / f"layer_pruning_{quality}"
     out.mkdir()
-    params = config.deep_merge(config.section(C, "tiny"), {"heal": {"control": True}})  # healing's paired contrast
+    # healing's paired contrast; the random baseline compared on validation NLL (not decoded) or on BLEU
+    params = config.deep_merge(config.section(C, "tiny"), {"heal": {"control": True}, "random_quality": quality})
     rows, verdict = run_and_judge(C, lp.run, params, "tiny", out)
     assert verdict["verdict"] == "not_applicable"
     by = lambda m, **kw: Rows(rows).metric(m).where(**kw)  # noqa: E731
@@ -111,7 +113,7 @@ def test_tiny_run(tiny_models):
         ang = by("angular_distance", stack=s)
         assert len(ang) == L * (L + 1) // 2 and all(0.0 <= r["value"] <= 1.0 for r in ang)
         assert len(by("angular_argmin_start", stack=s)) == L
-        q = "valid_ppl" if s == "lm" else "bleu"
+        q = "valid_ppl" if s == "lm" else quality
         unhealed = [r for r in by(q, stack=s, healed=False)]
         # base + bi, angular, last at every count 1..L; random: every distinct selection at counts 1..L-1 (at most 3
         # of them: random_all_up_to), the seeded draw at L
@@ -123,7 +125,11 @@ def test_tiny_run(tiny_models):
             assert {r["sweep"]["sample"] for r in rand if r["sweep"]["n_removed"] == n} == {"all"}
         assert [r["sweep"]["sample"] for r in rand if r["sweep"]["n_removed"] == L] == ["seeded"]
         assert all(math.isfinite(r["value"]) for r in unhealed)
-        assert len(by("collapse_percent", stack=s) + by("no_collapse_up_to_percent", stack=s)) == 4
+        # random on validation NLL: its selections were not decoded, the rules' were
+        if s != "lm" and quality == "valid_nll":
+            assert not by("bleu", stack=s, rule="random") and len(by("bleu", stack=s, rule="bi", healed=False)) == L
+        n_collapse = 3 if s != "lm" and quality == "valid_nll" else 4  # no BLEU: no random collapse point
+        assert len(by("collapse_percent", stack=s) + by("no_collapse_up_to_percent", stack=s)) == n_collapse
     # removing every layer gives the same model whatever the rule
     full = {r["value"] for r in by("valid_ppl", stack="lm", n_removed=3, healed=False)}
     assert len(full) == 1
@@ -132,7 +138,7 @@ def test_tiny_run(tiny_models):
     for s, L in (("encoder", 3), ("decoder", 2), ("lm", 3)):
         pr = by("paired_delta_vs_random_mean", stack=s)
         assert len(pr) == 2 * (L - 1)  # bi and angular x counts 1..L-1
-        q = "valid_nll" if s == "lm" else "bleu"
+        q = "valid_nll" if s == "lm" else quality
         for r in pr:
             sw = r["sweep"]
             assert sw["lo"] <= sw["hi"] and sw["quality"] == q and sw["random_sample"] == "all"
@@ -142,7 +148,7 @@ def test_tiny_run(tiny_models):
             # the validation NLL from per-sentence sums, BLEU from the per-sentence statistics: the rows' own numbers
             assert r["value"] == pytest.approx(rule - sum(draws) / len(draws), abs=1e-6)
             assert sw["random_mean"] == pytest.approx(sum(draws) / len(draws), abs=1e-6)
-            better = sum((rule > d) if s != "lm" else (rule < d) for d in draws)
+            better = sum((rule > d) if q == "bleu" else (rule < d) for d in draws)
             assert sw["better_than"] == better
     healed = by("valid_nll", stack="lm", healed=True)
     assert sorted(r["sweep"]["n_removed"] for r in healed) == [0, 2, 3]  # the control; 0.5 and 1.0 of 3 layers
@@ -195,7 +201,8 @@ def _rows(lm_ppl, bleu_dec, heal_nll, lm_bi=(0.4, 0.2, 0.1, 0.15), argmin=(2, 1,
             b = rnd_b[n] if rule == "random" else bleu_dec[n]
             kw = dict(rule=rule, n_removed=n, fraction=n / 4, healed=False, **({"seed": seed} if rule == "random" else {}))
             rows += [metric(C, "valid_ppl", ppl, stack="lm", **kw), metric(C, "valid_nll", math.log(ppl), stack="lm", **kw),
-                     metric(C, "bleu", b, stack="decoder", **kw)]
+                     metric(C, "bleu", b, stack="decoder", **kw),
+                     metric(C, "valid_nll", 5.0 - 0.1 * b, stack="decoder", **kw)]  # ranked as BLEU ranks
     for n, v in heal_nll.items():
         rows.append(metric(C, "valid_nll", v, stack="lm", rule="none" if n == 0 else "angular", n_removed=n,
                            fraction=n / 4, healed=True))
@@ -250,13 +257,16 @@ def test_judge_flips():
     for r in worse:
         if r["metric"] in ("valid_ppl", "bleu") and r["sweep"].get("rule") in ("bi", "angular"):
             r["value"] *= 10 if r["metric"] == "valid_ppl" else 0.1
+        if r["metric"] == "valid_nll" and r["sweep"]["stack"] == "decoder" and r["sweep"].get("rule") in ("bi", "angular"):
+            r["value"] += 10.0
     n4 = {c["name"]: c["passed"] for c in _judge(worse, params)["checks"]}
     assert n4["similarity-based rules prune better than random"] is False  # last of 6 on both stacks: p = 1/36
     tie = copy.deepcopy(rows2)  # the rules exactly as good as the random draw: a tie decides nothing
     rnd = {(r["metric"], r["sweep"]["stack"], r["sweep"]["n_removed"]): r["value"] for r in tie
-           if r["sweep"].get("rule") == "random" and r["metric"] in ("valid_ppl", "bleu")}
+           if r["sweep"].get("rule") == "random" and r["metric"] in ("valid_ppl", "bleu", "valid_nll")}
     for r in tie:
-        if r["metric"] in ("valid_ppl", "bleu") and r["sweep"].get("rule") in ("bi", "angular"):
+        if (r["metric"] in ("valid_ppl", "bleu", "valid_nll") and r["sweep"].get("rule") in ("bi", "angular")
+                and not r["sweep"].get("healed")):
             r["value"] = rnd[(r["metric"], r["sweep"]["stack"], r["sweep"]["n_removed"])]
     v5 = _judge(tie, params)
     n5 = {c["name"]: c["passed"] for c in v5["checks"]}
@@ -348,8 +358,10 @@ def test_paper_path_from_a_fairseq_checkpoint(tmp_path):
     rows, verdict = run_and_judge(C, lp.run, params, "paper", out)
     assert (out / "imported_model" / "checkpoint_last.pt").exists()
     assert [int(r["value"]) for r in Rows(rows).metric("n_layers")] == [3, 2]
-    # base, bi / angular / last at 1..3, random: every selection of 1 or 2 of 3 layers, the seeded draw of all 3
-    assert len(Rows(rows).metric("bleu").where(stack="encoder", healed=False)) == 1 + 3 * 3 + 6 + 1
+    # base, bi / angular / last at 1..3, random: every selection of 1 or 2 of 3 layers, the seeded draw of all 3;
+    # the random selections compared on validation NLL (random_quality), not decoded
+    assert len(Rows(rows).metric("valid_nll").where(stack="encoder", healed=False)) == 1 + 3 * 3 + 6 + 1
+    assert len(Rows(rows).metric("bleu").where(stack="encoder", healed=False)) == 1 + 3 * 3
     assert len(Rows(rows).metric("valid_nll").where(stack="encoder", healed=True)) == 1
     assert verdict["verdict"] in ("reproduced", "partially", "not_reproduced", "inconclusive")
 
@@ -374,11 +386,12 @@ def _cost(layers) -> float:
     return 30.0 - sum(WEIGHT[i] for i in layers)
 
 
-def _stack_rows(rules: dict, L: int = 6, stack: str = "encoder", quality=_cost, seeds=None):
+def _stack_rows(rules: dict, L: int = 6, stack: str = "encoder", quality=_cost, seeds=None, nll: bool = False):
     """A stack of ``L`` layers: ``rules`` {rule: {n: (layers, quality)}} at the removal counts 1..L-1, the random
     baseline every distinct selection (``seeds`` None) or seeded draws ({seed: {n: layers}}), its quality
-    ``quality(layers)`` (BLEU; perplexity for the LM)."""
-    q, unit = ("valid_ppl", "perplexity") if stack == "lm" else ("bleu", "BLEU")
+    ``quality(layers)`` (BLEU; perplexity for the LM; ``nll``: a translation stack's validation NLL)."""
+    q, unit = (("valid_ppl", "perplexity") if stack == "lm" else ("valid_nll", "nats/token") if nll
+               else ("bleu", "BLEU"))
     rows = [metric(C, "n_layers", L, stack=stack),
             metric(C, q, quality(()), unit, stack=stack, rule="none", n_removed=0, healed=False, layers="")]
     if stack == "lm":  # the LM's gate: its unpruned NLL well below the unigram model's
@@ -404,7 +417,8 @@ def _deepest(L: int = 6, quality=_cost, bonus: float = 0.0) -> dict:
 
 
 def _beats(rows, params=None, **thresholds):
-    v = judge_rows(C, rows, scale="default", params=params or config.section(C, "default"),
+    """The headline permutation check on ``rows`` (translation stacks compared in BLEU unless ``params`` say)."""
+    v = judge_rows(C, rows, scale="default", params=params or {**config.section(C, "default"), "random_quality": "bleu"},
                    thresholds={**T4, **thresholds})
     return next(c for c in v["checks"] if c["name"] == BEATS), v
 
@@ -420,6 +434,22 @@ def test_beats_random_is_exact_over_every_ordering_of_the_nested_counts():
     block = {**_deepest(bonus=0.5), 3: ([2, 3, 4], _cost([3, 4, 5]) + 0.5)}  # n=3 drops n=2's layer 5: no ordering
     c, _ = _beats(_stack_rows({"bi": _deepest(), "angular": block}))
     assert f"angular: p = {1 / 721:.3g} (better)" in c["measured"] and c["passed"] is True
+
+
+def test_beats_random_on_validation_nll_ranks_lower_as_better():
+    """``random_quality`` valid_nll: the translation stack's rules and random selections compared in validation NLL
+    (lower is better); the same orderings decide as in BLEU, and BLEU rows alone decide nothing."""
+    nll = lambda ls: 40.0 - _cost(ls)  # noqa: E731  (deep layers cheap: the lowest NLL)
+    deep = _deepest(quality=nll)
+    params = config.section(C, "default")
+    assert params["random_quality"] == "valid_nll"
+    c, _ = _beats(_stack_rows({"bi": deep, "angular": deep}, quality=nll, nll=True), params)
+    assert c["passed"] is True and "bi: p = 0.00139 (better)" in c["measured"] and "encoder valid_nll" in c["expected"]
+    shallow = {n: (list(range(n)), nll(range(n))) for n in range(1, 6)}
+    c, _ = _beats(_stack_rows({"bi": shallow, "angular": shallow}, quality=nll, nll=True), params)
+    assert c["passed"] is False
+    c, _ = _beats(_stack_rows({"bi": _deepest(), "angular": _deepest()}), params)  # BLEU rows only
+    assert c["passed"] is None
 
 
 def test_beats_random_in_the_middle_of_the_orderings_decides_nothing_and_a_worse_rule_fails():

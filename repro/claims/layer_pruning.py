@@ -28,7 +28,9 @@ report perplexity and QA accuracy; task accuracy is not measured here).
 Layers are bypassed with ``BlockStack.skip`` for evaluation and removed with ``BlockStack.drop_layers`` for healing.
 Each similarity rule is compared with the random baseline at each removal count on the same sentences (the
 ``paired_delta_vs_random_mean`` rows: rule - the mean over the random selections in BLEU, or in validation NLL for
-the LM, with a paired-bootstrap interval over the sentences, ``paired``), from the decodes and scores already made; each healed selection's gap
+the LM and, with ``random_quality`` valid_nll, for the translation stacks too (their random selections are then not
+decoded), with a paired-bootstrap interval over the sentences, ``paired``), from the decodes and scores already
+made; each healed selection's gap
 change (healed - control) - (unhealed - unpruned) in validation NLL likewise (the ``healing_gap_change`` rows), and
 BLEU with the BI rule's layers removed as a fraction of the unpruned model's (``bleu_ratio_to_unpruned``).
 BLEU is on the first ``eval.test_sentences`` test sentences (or the placeholder-free subset); the unpruned model's
@@ -319,20 +321,26 @@ class Evaluator:
         self.units: dict = {}
         self.nll_units: dict = {}
 
-    def quality(self, model, key=None) -> dict:
-        if key is not None and key in self.cache:
+    def quality(self, model, key=None, decode: bool = True) -> dict:
+        """Validation NLL / perplexity, and BLEU on the test subset (translation stacks, unless ``decode`` is False:
+        a random selection compared on validation NLL only, ``random_quality``)."""
+        if key is not None and key in self.cache and ("bleu" in self.cache[key] or not decode
+                                                      or self.stack == "lm"):
             return self.cache[key]
         t0 = time.perf_counter()
         pad = self.t.tokenizer.pad_id
-        if key is not None:  # the same numbers as evaluate_loss, and per sentence
+        if key is not None and key in self.cache:  # scored without decoding before: decode now
+            q = {k: v for k, v in self.cache[key].items() if k != "seconds"}
+        elif key is not None:  # the same numbers as evaluate_loss, and per sentence
             r, units = sentence_nll(model, self.data["valid"], pad, self.device)
             self.nll_units[key] = units
             if self.stack == "lm":
                 self.units[key] = units
+            q = {"valid_nll": r["nll"], "valid_ppl": r["ppl"]}
         else:
             r = evaluate_loss(model, self.data["valid"], pad, device=self.device)
-        q = {"valid_nll": r["nll"], "valid_ppl": r["ppl"]}
-        if self.stack != "lm":  # Trained.translate_split: data-bin ids and vocabulary limits of imported models
+            q = {"valid_nll": r["nll"], "valid_ppl": r["ppl"]}
+        if self.stack != "lm" and decode:  # Trained.translate_split: data-bin ids and vocabulary limits of imports
             hyps, _ = replace(self.t, model=model).translate_split(self.data["test_corpus"], "test", self.dcfg,
                                                                    self.device)
             q["bleu"] = corpus_bleu(hyps, self.data["test_ref"]).score
@@ -343,11 +351,11 @@ class Evaluator:
             self.cache[key] = q
         return q
 
-    def pruned(self, layers) -> dict:
+    def pruned(self, layers, decode: bool = True) -> dict:
         st = stack_of(self.t.model, self.stack)
         st.skip = set(layers)
         try:
-            return self.quality(self.t.model, ("skip", tuple(sorted(layers))))
+            return self.quality(self.t.model, ("skip", tuple(sorted(layers))), decode)
         finally:
             st.skip = set()
 
@@ -497,6 +505,7 @@ def _unhealed_table(t, evaluator: Evaluator, stack: str, params: dict, L: int, b
     """Quality of the unpruned model, then of every rule at every removal count, unhealed; random: every selection
     of :func:`random_selections` (its ``sample``: "all" or "seeded")."""
     qname = "valid_ppl" if stack == "lm" else "bleu"
+    decode_random = params.get("random_quality", "bleu") == "bleu"
     base = evaluator.quality(t.model, ("skip", ()))
     table = [{"stack": stack, "rule": "none", "n_removed": 0, "fraction": 0.0, "healed": False, "seed": None,
               "layers": [], **base}]
@@ -506,11 +515,14 @@ def _unhealed_table(t, evaluator: Evaluator, stack: str, params: dict, L: int, b
             picks, sample = ((random_selections(n, L, params["random_seeds"], params.get("random_all_up_to"))
                               if rule == "random" else ([(None, select_layers(rule, n, L, bi, ang))], None)))
             for seed, layers in picks:
-                q = evaluator.pruned(layers)
+                q = evaluator.pruned(layers, decode=decode_random or rule != "random")
+                if rule == "random" and not decode_random:  # compared on NLL: no BLEU even where a rule decoded it
+                    q = {k: v for k, v in q.items() if k != "bleu"}
                 table.append({"stack": stack, "rule": rule, "n_removed": n, "fraction": n / L, "healed": False,
                               "seed": seed, "layers": layers, **q, **({"sample": sample} if sample else {})})
                 log.info("%s %s%s: remove %d/%d %s -> %s %.3f (nll %.3f)", stack, rule,
-                         "" if seed is None else f" seed {seed}", n, L, layers, qname, q[qname], q["valid_nll"])
+                         "" if seed is None else f" seed {seed}", n, L, layers, qname, q.get(qname, math.nan),
+                         q["valid_nll"])
     return table
 
 
@@ -529,7 +541,8 @@ def _observed_quality(units: np.ndarray, lm: bool) -> float:
     return float(units[:, 0].sum() / max(units[:, 1].sum(), 1)) if lm else bleu_from_stats(units.sum(0))
 
 
-def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp: dict) -> list[dict]:
+def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp: dict,
+                quality_name: str = "bleu") -> list[dict]:
     """Each similarity rule (BI, angular) against the random baseline at each removal count below ``L``, unhealed,
     paired over the same evaluation sentences (decodes and scores already made, from ``evaluator.units``): rule -
     the mean over the random selections, in BLEU (translation: corpus BLEU per resample from the per-sentence
@@ -539,8 +552,10 @@ def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp:
     the mean is the exact expectation of a uniformly random pick, and only the sentences are resampled; with
     seeded draws the draws are resampled too (with replacement, seed ``paired.seed`` + 1), so the interval carries
     the draws' own sampling error. Each selection counts once however many draws picked it only in the "all"
-    case; a draw repeated by two seeds is two draws of the random procedure."""
-    lm = stack == "lm"
+    case; a draw repeated by two seeds is two draws of the random procedure. ``quality_name`` "valid_nll" compares
+    the translation stacks in validation NLL too (``random_quality``)."""
+    lm = stack == "lm" or quality_name == "valid_nll"  # NLL units: lower is better
+    units = evaluator.units if stack == "lm" or not lm else evaluator.nll_units
     rand: dict = {}
     for r in table:
         if r["rule"] == "random" and not r["healed"] and 0 < r["n_removed"] < L:
@@ -551,7 +566,7 @@ def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp:
     def quality(layers) -> np.ndarray | None:
         key = ("skip", tuple(sorted(layers)))
         if key not in resampled:
-            u = evaluator.units.get(key)
+            u = units.get(key)
             resampled[key] = None if u is None else (_observed_quality(u, lm), _resampled_quality(u, counts, lm))
         return resampled[key]
 
@@ -561,7 +576,7 @@ def paired_rows(table: list[dict], evaluator: Evaluator, stack: str, L: int, pp:
         if r["rule"] not in SIMILARITY_RULES or r["healed"] or r["n_removed"] not in rand:
             continue
         if counts is None:
-            n_sent = next(iter(evaluator.units.values())).shape[0]
+            n_sent = next(iter(units.values())).shape[0]
             counts = bootstrap_counts(n_sent, pp["samples"], pp["seed"])
         draws = rand[r["n_removed"]]
         sample = draws[0].get("sample", "seeded")
@@ -694,7 +709,7 @@ def _quality_rows(table: list[dict], stack: str, L: int, hp: dict, data: dict) -
         rows.append(metric(CLAIM, "valid_nll", r["valid_nll"], "nats/token", **sweep))
         if stack == "lm":
             rows.append(metric(CLAIM, "valid_ppl", r["valid_ppl"], "perplexity", **sweep))
-        else:
+        elif "bleu" in r:  # a random selection compared on validation NLL was not decoded
             rows.append(metric(CLAIM, "bleu", r["bleu"], "BLEU", n=len(data["test_src"]), **sweep))
     return rows
 
@@ -713,7 +728,7 @@ def run_stack(t, stack: str, params: dict, data: dict, device, out: Path, shared
     rows += _profile_rows(stack, tokens, prof, bi, ang, data)
     evaluator = Evaluator(t, stack, params["eval"], data, device)
     table = _unhealed_table(t, evaluator, stack, params, L, bi, ang)
-    rows += paired_rows(table, evaluator, stack, L, params["paired"])
+    rows += paired_rows(table, evaluator, stack, L, params["paired"], params.get("random_quality", "bleu"))
     rows += ratio_rows(table, evaluator, stack, L, params["paired"])
     healed, healed_units = _healed_table(t, evaluator, stack, params, data, device, L, bi, ang, shared)
     table += healed
@@ -737,7 +752,7 @@ def collapse_rows(table: list[dict], stack: str, L: int, params: dict) -> list[d
     for rule in params["rules"]:
         by: dict = {}
         for r in table:
-            if r["rule"] == rule and not r["healed"]:
+            if r["rule"] == rule and not r["healed"] and qname in r:  # random on NLL only: not decoded
                 by.setdefault(r["n_removed"], []).append(r[qname])
         if not by:
             continue

@@ -226,10 +226,18 @@ def _share(q: float, others: list[float], hib: bool) -> tuple[Fraction, tuple[in
     return Fraction(2 * b + t, 2 * len(others)), (b, w, t, len(others))
 
 
-def _random_by_count(R: Rows, stack: str, L: int) -> tuple[dict, dict]:
-    """The unhealed random rows of ``stack`` at 0 < n < L: (every selection {n: {layers: quality}} where the rows
-    enumerate all C(L, n), the seeded draws {n: {seed: quality}} elsewhere)."""
-    qname = "valid_ppl" if stack == "lm" else "bleu"
+def _compared_on(stack: str, params: dict) -> tuple[str, bool]:
+    """(the quality metric a stack's rules are compared with random on, whether higher is better): the LM's
+    validation perplexity; the translation stacks' BLEU, or their validation NLL where the measurement compared on
+    it (``random_quality``; measurements before that parameter compared on BLEU)."""
+    if stack == "lm":
+        return "valid_ppl", False
+    return ("valid_nll", False) if params.get("random_quality", "bleu") == "valid_nll" else ("bleu", True)
+
+
+def _random_by_count(R: Rows, stack: str, L: int, qname: str) -> tuple[dict, dict]:
+    """The unhealed random rows of ``stack`` at 0 < n < L in ``qname``: (every selection {n: {layers: quality}} where
+    the rows enumerate all C(L, n), the seeded draws {n: {seed: quality}} elsewhere)."""
     enum, seeded = {}, {}
     for n, rs in R.metric(qname).where(stack=stack, healed=False, rule="random").by("n_removed").items():
         if not 0 < n < L:
@@ -283,11 +291,11 @@ def _seeded_test(stack: str, rule: str, own: dict, seeded: dict, hib: bool) -> _
     return _StackTest(stack, rule, "seeded", counts, stat, pool + [stat], per, [])
 
 
-def _stack_tests(R: Rows, stack: str, L: int) -> list[_StackTest]:
+def _stack_tests(R: Rows, stack: str, L: int, params: dict) -> list[_StackTest]:
     """Each similarity rule's test on ``stack``: exact over every ordering where the rows enumerate every selection
     at some count (the counts holding seeded draws only are left out), else the rank among the seeded orderings."""
-    qname, hib = ("valid_ppl", False) if stack == "lm" else ("bleu", True)
-    enum, seeded = _random_by_count(R, stack, L)
+    qname, hib = _compared_on(stack, params)
+    enum, seeded = _random_by_count(R, stack, L, qname)
     out = []
     for rule in SIMILARITY_RULES:
         own = {n: (_layers(rs[0]), rs[0]["value"])
@@ -330,7 +338,7 @@ def _random_checks(j: _Judging) -> list[dict]:
     expected = ("BI / angular distance pick layers whose removal hurts less than a random pick: each rule's share of "
                 "the random selections it beats, summed over a stack's removal counts, ranks high among random "
                 "orderings' (one-sided permutation test, every rule)")
-    tests = [t for s in j.stacks if s not in j.weak for t in _stack_tests(j.R, s, j.n_layers[s])]
+    tests = [t for s in j.stacks if s not in j.weak for t in _stack_tests(j.R, s, j.n_layers[s], j.params)]
     if not tests:
         if j.stacks:
             return [check(name, None, "no stack to compare", expected, headline=True,
@@ -346,7 +354,8 @@ def _random_checks(j: _Judging) -> list[dict]:
                      "selection was evaluated, or a stack with too many selections)"}
     test = (f"one-sided permutation test per rule at alpha {alpha:g}: " + "; ".join(how[m] for m in modes)
                 + "; stacks combined by the exact distribution of the summed statistic; the quality is the point "
-                "value on the evaluation sentences (the test is over the choice of layers)")
+                "value on the evaluation sentences (the test is over the choice of layers): "
+                + ", ".join(f"{s} {_compared_on(s, j.params)[0]}" for s in j.stacks if s not in j.weak))
     passed = (True if all(p[0] < alpha for p in ps.values()) else
               False if any(p[1] < alpha for p in ps.values()) else None)
     summary = "; ".join(f"{r}: p = {p[0]:.3g} (better), {p[1]:.3g} (worse) over {p[2]:,} pool combinations"
@@ -581,7 +590,9 @@ def this_setup(params: dict, n_layers: dict, device: str | None = None) -> dict:
            "the suite's shared translation model and target-side LM")
     return {"models": f"{src}: " + ", ".join(f"{s} {n} layers" for s, n in n_layers.items()),
             "quality": f"BLEU on {params['eval']['test_sentences']} test sentences (beside the copy baseline), valid "
-                       f"NLL/perplexity on {params['eval']['valid_sentences']} sentences",
+                       f"NLL/perplexity on {params['eval']['valid_sentences']} sentences; rules vs random on "
+                       + ("validation NLL (every stack)" if params.get("random_quality") == "valid_nll" else
+                          "BLEU (translation) and perplexity (LM)"),
             "healing": f"full fine-tune, {h['steps']} steps at lr {h['lr']} (not QLoRA), with a control fine-tune of "
                        "the unpruned model",
             "random baseline": (f"every distinct selection where a stack has at most {params['random_all_up_to']} "

@@ -115,6 +115,8 @@ def _quality_panel(ax, d: pd.DataFrame, s: str, rules: list[str], pal: dict, ban
     # a marker and a dash per rule: two rules that pick the same layers draw the same line, and one hid the other
     style = dict(zip(rules, [("o", "-"), ("s", (0, (5, 2))), ("^", "-."), ("D", ":")] * 2))
     for rule in rules:
+        if not ((d["rule"] == rule) & ~d["healed"]).any():
+            continue  # a random baseline compared on validation NLL has no BLEU to draw
         u = d[((d["rule"] == rule) | (d["rule"] == "none")) & ~d["healed"]]
         u = u.groupby("percent")["value"].mean().sort_index()
         ax.plot(u.index, u.values, marker=style[rule][0], ms=4, ls=style[rule][1], mfc="none", color=pal[rule],
