@@ -3,6 +3,8 @@ a mapping naming a key twice is refused with the key and both lines, where PyYAM
 config file with two ``scale:`` lines would run at whichever scale came second)."""
 from __future__ import annotations
 
+import copy
+import functools
 from typing import IO, Any
 
 import yaml
@@ -12,8 +14,9 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A mapping names the same key twice (a kind of yaml.YAMLError: the callers' YAML error handling applies)."""
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that raises DuplicateKeyError on a key given twice in one mapping."""
+class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """yaml.SafeLoader (libyaml's parser where PyYAML has it: the pure-Python one took ~3 s of each Snakemake start)
+    that raises DuplicateKeyError on a key given twice in one mapping."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -35,5 +38,13 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load(stream: str | bytes | IO) -> Any:
-    """``yaml.safe_load`` refusing duplicate keys."""
+    """``yaml.safe_load`` refusing duplicate keys. A text is parsed once per process (the workflow reads each claim
+    file many times); each call gets its own copy, which the caller may change."""
+    if isinstance(stream, str):
+        return copy.deepcopy(_parsed(stream))
     return yaml.load(stream, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Any:
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
