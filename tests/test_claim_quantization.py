@@ -507,14 +507,15 @@ def test_gptq_vs_rtn_headline_moves_to_the_copy():
 def test_controls_on_rows_of_the_copy_design():
     """tests/controls/quantization.py on rows with GPTQ and RTN on the outlier copy (the default's design; the
     committed references predate it): paper-false and the null never reproduce, ties leave the headlines undecided,
-    and the rows as measured reproduce."""
-    from controls.quantization import paper_false, ties
+    paper-true and the rows as measured reproduce."""
+    from controls.quantization import paper_false, paper_true, ties
     from test_judge_contract import null
 
     rows = _rows(**OUTLIERS) + _copy_rows(**OUTLIERS)
     flat = [{**r, **{f"sweep.{k}": v for k, v in r["sweep"].items()}} for r in rows]
     assert _status(rows)["verdict"] == "reproduced"
     assert _status(paper_false(flat))["verdict"] == "not_reproduced"
+    assert _status(paper_true(flat))["verdict"] == "reproduced"
     assert _status(null(flat))["verdict"] not in ("reproduced", "partially")
     for t in ties(flat):
         v = _status(t)
