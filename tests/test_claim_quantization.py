@@ -521,3 +521,19 @@ def test_controls_on_rows_of_the_copy_design():
         v = _status(t)
         assert v["verdict"] == "inconclusive" and all(c["passed"] is None for c in v["checks"] if c["headline"]), \
             v["reason"]
+
+
+def test_copy_methods_grid():
+    """The outlier copy's methods: fp32, the int8 methods, and RTN and GPTQ at outlier_copy.group_sizes (RTN at
+    GPTQ's bits only); a group setting the sections do not list is refused naming the key; without rtn and gptq
+    in outlier_copy.methods the copy measures fp32 and int8 only (the design before)."""
+    p = config.section(C, "default")
+    names = [m["method"] for m in qz.copy_methods(p)]
+    assert set(names) == {"fp32", "int8_absmax", "int8_vectorwise", "llm_int8", "rtn_w4_g64", "rtn_w3_g64",
+                          "gptq_w4_g64", "gptq_w3_g64"}
+    assert names.count("gptq_w4_g64") == len(p["calibration"]["seeds"])
+    bad = {**p, "outlier_copy": {**p["outlier_copy"], "group_sizes": [32]}}
+    with pytest.raises(qz.QuantizationError, match="outlier_copy.group_sizes"):
+        qz.copy_methods(bad)
+    old = {**p, "outlier_copy": {**p["outlier_copy"], "methods": ["int8"]}}
+    assert {m["family"] for m in qz.copy_methods(old)} == {"fp32", "int8"}
