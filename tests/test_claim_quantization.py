@@ -52,11 +52,19 @@ def test_tiny_run(tiny_models):
     assert json.loads((out / "outliers.json").read_text()).keys() == {"lm", "translation", qz.OUTLIER_MODEL}
     heads = [c for c in verdict["checks"] if c["headline"]]
     assert {c["name"].split(":")[1].strip()[:8] for c in heads} <= {"LLM.int8", "GPTQ's p"}
-    # GPTQ vs RTN per model; LLM.int8()'s equivalence where it can discriminate (or, if nowhere, on every model)
-    assert len([c for c in heads if "GPTQ" in c["name"]]) == 2 and any("LLM.int8" in c["name"] for c in heads)
-    # the outlier copy: fp32 and the int8 methods on the first outlier_copy.sentences, the same function in fp32
+    # GPTQ vs RTN on the outlier copy (the other models' reported only); LLM.int8()'s equivalence where it can
+    # discriminate (or, if nowhere, on every model)
+    assert [c["name"].split(":")[0] for c in heads if "GPTQ" in c["name"]] == [qz.OUTLIER_MODEL]
+    assert any("LLM.int8" in c["name"] for c in heads)
+    assert {c["name"].split(":")[0] for c in verdict["checks"] if c.get("counts") is False
+            and "GPTQ's perplexity" in c["name"]} == {"lm", "translation"}
+    # the outlier copy: fp32, the int8 methods, RTN and GPTQ at outlier_copy.group_sizes and GPTQ's bits, on the
+    # first outlier_copy.sentences, the same function in fp32
     cp = Rows(rows).where(model=qz.OUTLIER_MODEL)
-    assert set(cp.metric("valid_ppl").sweep("method")) == {"fp32", "int8_absmax", "int8_vectorwise", "llm_int8"}
+    assert set(cp.metric("valid_ppl").sweep("method")) == {"fp32", "int8_absmax", "int8_vectorwise", "llm_int8",
+                                                            "rtn_w4_g16", "rtn_w3_g16", "gptq_w4_g16", "gptq_w3_g16"}
+    assert {(r["sweep"]["method"], r["sweep"]["versus"]) for r in cp.metric("paired_nll_diff")} >= {
+        ("gptq_4bit", "rtn_4bit"), ("gptq_w3_g16", "rtn_w3_g16")}
     change = cp.metric("outlier_copy_fp32_change").first()
     assert change["value"] <= config.thresholds(C, "tiny")["copy_fp32_tol"]
     assert cp.metric("systematic_outlier_dims").first()["value"] >= 1
@@ -460,3 +468,72 @@ def test_gptq_vs_rtn_headline_pools_the_group_settings():
     assert "4-bit" in head["interval"] and head["numbers"]["rule"] == "< 0 at every bit width"
     assert _named(_status(rows(g4=(44.6, 44.7, 44.65), g4b=(44.5, 44.4, 44.45))),
                   "GPTQ's perplexity is below RTN's at 3")["passed"] is False
+
+
+def _copy_rows(**kw):
+    """:func:`_rows` as the LM's outlier copy (model lm_outliers) with the gate's fp32 row: the model GPTQ against
+    RTN is decided on when it has GPTQ rows."""
+    return [{**r, "sweep": {**r["sweep"], "model": qz.OUTLIER_MODEL}} for r in _rows(**kw)] + [
+        metric(C, "outlier_copy_fp32_change", 2e-6, "nats/token", model=qz.OUTLIER_MODEL, n=400, dims="1,2",
+               scale=40.0)]
+
+
+def test_gptq_vs_rtn_headline_moves_to_the_copy():
+    """With GPTQ and RTN measured on the outlier copy, GPTQ vs RTN is the headline there and the plain LM's
+    comparison is reported only (counts=False, never a headline): the plain LM's tie leaves the claim reproduced,
+    its reversal (GPTQ 2% worse than RTN) changes nothing, and the copy's reversal fails the claim. With one setting
+    per bit width the per-setting check repeats the headline's intervals, so it is left out."""
+    tie = dict(rtn4=41.0, gptq4=(40.99, 41.0, 41.01), gptq3=(79.99, 80.0, 80.01))
+    v = _status(_rows(**tie) + _copy_rows(**OUTLIERS))
+    heads = {c["name"] for c in v["checks"] if c["headline"]}
+    assert "lm_outliers: GPTQ's perplexity is below RTN's at 3 and 4 bits" in heads
+    plain = next(c for c in v["checks"] if c["name"] == "lm: GPTQ's perplexity is below RTN's at 3 and 4 bits")
+    assert not plain["headline"] and plain.get("counts") is False and "reported only" in plain["expected"]
+    assert v["verdict"] == "reproduced", v["reason"]
+    assert not [c for c in v["checks"] if "in every setting" in c["name"]]
+    worse = dict(rtn4=41.0, gptq4=(41.9, 41.8, 41.85), gptq3=(81.6, 81.7, 81.5))
+    v = _status(_rows(**worse) + _copy_rows(**OUTLIERS))
+    assert next(c for c in v["checks"] if c["name"].startswith("lm: GPTQ's perplexity"))["passed"] is False
+    assert v["verdict"] == "reproduced", v["reason"]
+    v = _status(_rows(**OUTLIERS) + _copy_rows(**worse, **OUTLIERS))
+    assert v["verdict"] == "not_reproduced", v["reason"]
+    # without the copy's GPTQ rows (the design before) the plain LM's comparison is the headline, as it was
+    copy_int8 = [r for r in _copy_rows(**OUTLIERS) if r["sweep"].get("family") not in ("gptq", "rtn")
+                 and not (r["metric"] == "paired_nll_diff" and "gptq" in r["sweep"]["method"])]
+    v = _status(_rows(**worse) + copy_int8)
+    assert _named(v, "GPTQ's perplexity is below RTN's at 3")["headline"] and v["verdict"] == "not_reproduced"
+
+
+def test_controls_on_rows_of_the_copy_design():
+    """tests/controls/quantization.py on rows with GPTQ and RTN on the outlier copy (the default's design; the
+    committed references predate it): paper-false and the null never reproduce, ties leave the headlines undecided,
+    paper-true and the rows as measured reproduce."""
+    from controls.quantization import paper_false, paper_true, ties
+    from test_judge_contract import null
+
+    rows = _rows(**OUTLIERS) + _copy_rows(**OUTLIERS)
+    flat = [{**r, **{f"sweep.{k}": v for k, v in r["sweep"].items()}} for r in rows]
+    assert _status(rows)["verdict"] == "reproduced"
+    assert _status(paper_false(flat))["verdict"] == "not_reproduced"
+    assert _status(paper_true(flat))["verdict"] == "reproduced"
+    assert _status(null(flat))["verdict"] not in ("reproduced", "partially")
+    for t in ties(flat):
+        v = _status(t)
+        assert v["verdict"] == "inconclusive" and all(c["passed"] is None for c in v["checks"] if c["headline"]), \
+            v["reason"]
+
+
+def test_copy_methods_grid():
+    """The outlier copy's methods: fp32, the int8 methods, and RTN and GPTQ at outlier_copy.group_sizes (RTN at
+    GPTQ's bits only); a group setting the sections do not list is refused naming the key; without rtn and gptq
+    in outlier_copy.methods the copy measures fp32 and int8 only (the design before)."""
+    p = config.section(C, "default")
+    names = [m["method"] for m in qz.copy_methods(p)]
+    assert set(names) == {"fp32", "int8_absmax", "int8_vectorwise", "llm_int8", "rtn_w4_g64", "rtn_w3_g64",
+                          "gptq_w4_g64", "gptq_w3_g64"}
+    assert names.count("gptq_w4_g64") == len(p["calibration"]["seeds"])
+    bad = {**p, "outlier_copy": {**p["outlier_copy"], "group_sizes": [32]}}
+    with pytest.raises(qz.QuantizationError, match="outlier_copy.group_sizes"):
+        qz.copy_methods(bad)
+    old = {**p, "outlier_copy": {**p["outlier_copy"], "methods": ["int8"]}}
+    assert {m["family"] for m in qz.copy_methods(old)} == {"fp32", "int8"}

@@ -31,8 +31,11 @@ Methods (``int8.modes``, ``rtn``, ``gptq`` in the config):
 
 LLM.int8() is judged where it can discriminate: with ``outlier_copy.dims`` > 0 the shared LM is also measured as
 ``lm_outliers``, a function-preserving copy whose int8 matmul inputs carry outlier features of the paper's size
-(repro.quant.outliers; fp32 and the int8 methods only, on the first ``outlier_copy.sentences`` scored sentences,
-with the copy's fp32 change against the LM recorded: ``outlier_copy_fp32_change``).
+(repro.quant.outliers; fp32 and the families of ``outlier_copy.methods``, on the first ``outlier_copy.sentences``
+scored sentences, with the copy's fp32 change against the LM recorded: ``outlier_copy_fp32_change``). GPTQ against
+RTN is judged there too when ``outlier_copy.methods`` lists rtn and gptq: the copy's outlier weight columns are
+``scale`` times smaller than the rest while their inputs are ``scale`` times larger, the OPT-size situation where
+RTN fails and GPTQ's Hessian-aware updates hold (GPTQ Tables 3-5); on the small LM itself 4-bit RTN barely hurts.
 
 Measured per model and method: validation perplexity (and BLEU for the translation model) with each evaluation
 unit's loss (validation sentence, or window of the paper path) kept, so that every comparison of two methods on the
@@ -561,7 +564,7 @@ OUTLIER_MODEL = "lm_outliers"
 
 
 def run_outlier_copy(t, params: dict, device, data: dict, fp32_losses: tuple) -> tuple[list[dict], dict]:
-    """fp32 and the int8 methods on the LM's function-preserving copy with outlier features
+    """fp32 and the methods of :func:`copy_methods` on the LM's function-preserving copy with outlier features
     (repro.quant.outliers.with_outliers, ``outlier_copy``), as model ``lm_outliers``, on the first
     ``outlier_copy.sentences`` scored sentences (null: all). Also the copy's fp32 against the LM's own fp32 on the
     same sentences: ``outlier_copy_fp32_change``, the largest per-sentence change of the NLL per token (the copy
@@ -572,7 +575,7 @@ def run_outlier_copy(t, params: dict, device, data: dict, fp32_losses: tuple) ->
     n = oc.get("sentences")
     if n:
         sub["valid"] = _first_sentences(data, int(n))
-    grid = [m for m in methods(params) if m["family"] in ("fp32", "int8")]
+    grid = copy_methods(params)
     score = lambda m: evaluate(t, m, "lm", sub, params, device)  # noqa: E731
     rows, extra = run_model(twin, OUTLIER_MODEL, params, device, sub, score,
                             dict(source="lm", outlier_dims=",".join(map(str, dims)), scale=float(oc["scale"])),
@@ -583,6 +586,23 @@ def run_outlier_copy(t, params: dict, device, data: dict, fp32_losses: tuple) ->
     rows.append(metric(CLAIM, "outlier_copy_fp32_change", float(change.max()), "nats/token", kind="statistic",
                        model=OUTLIER_MODEL, n=k, dims=",".join(map(str, dims)), scale=float(oc["scale"])))
     return rows, extra
+
+
+def copy_methods(params: dict) -> list[dict]:
+    """The methods measured on the outlier copy: fp32, and of :func:`methods` the families in
+    ``outlier_copy.methods`` (int8: LLM.int8()'s comparison; rtn, gptq: GPTQ against RTN where RTN's grid meets
+    weight columns ``scale`` times smaller than the rest), RTN and GPTQ at the group settings of
+    ``outlier_copy.group_sizes`` (null: every one of rtn/gptq.group_sizes), RTN only at GPTQ's bit widths when
+    GPTQ runs there (the copy's RTN is the comparison's baseline)."""
+    oc = params["outlier_copy"]
+    fams, groups = set(oc.get("methods") or ["int8"]), oc.get("group_sizes")
+    missing = [g for g in groups or [] for f in ("rtn", "gptq") if f in fams and g not in params[f]["group_sizes"]]
+    if missing:
+        raise QuantizationError(f"quantization.outlier_copy.group_sizes: {sorted(set(missing), key=str)} not in "
+                                "rtn.group_sizes / gptq.group_sizes (the copy measures a subset of their settings)")
+    return [m for m in methods(params) if m["family"] == "fp32" or m["family"] in fams and (
+        m["family"] == "int8" or (groups is None or m["group_size"] in groups) and (
+            m["family"] == "gptq" or "gptq" not in fams or m["bits"] in params["gptq"]["bits"]))]
 
 
 def _first_sentences(data: dict, n: int) -> list:
