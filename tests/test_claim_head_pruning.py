@@ -173,6 +173,16 @@ def test_hard_concrete_gates():
         HardConcreteGates(2, 0.0, 0.5, (0.0, 1.1))
 
 
+def test_decode_keys_override_the_recorded_eval_section():
+    """head_pruning.decode sets single keys over the checkpoint's eval section (the default: max_tokens only)."""
+    recorded = {"decoder": "beam", "beam": 5, "max_len_a": 1.2, "max_tokens": 8000, "bootstrap_samples": 1000}
+    assert hp.decode_section({"max_tokens": 2000}, recorded) == {**recorded, "max_tokens": 2000}
+    assert hp.decode_section(None, recorded) == recorded
+    assert hp.decode_section({"decoder": "greedy"}, None) == {"decoder": "greedy"}
+    assert hp.decode_section(None, None) == {}
+    assert section("head_pruning", "default")["decode"] == {"max_tokens": 2000}
+
+
 def test_pruning_levels():
     assert pruning_levels(48, 0.1, 0.9) == [5, 10, 14, 19, 24, 29, 34, 38, 43]
     assert pruning_levels(6, 0.34, 1.0) == [2, 4]
