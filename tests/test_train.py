@@ -92,6 +92,28 @@ def test_loss_ignores_padding_and_matches_manual():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_grad_norm_is_the_norm_of_all_gradients_clipped_or_not():
+    """The logged gradient norm: the l2 norm of every gradient together, the same with clipping (returned before
+    it) and without; a parameter without a gradient counts nothing; a NaN gradient gives a NaN norm."""
+    from repro.train.loop import _grad_norm  # private: the loop's own helper, tested directly
+    model = _model()
+    torch.manual_seed(1)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    frozen = next(iter(model.parameters()))
+    frozen.grad = None
+    want = float(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).norm())
+    assert math.isclose(_grad_norm(model, 0.0), want, rel_tol=1e-6)
+    assert math.isclose(_grad_norm(model, 1e9), want, rel_tol=1e-6)
+    assert math.isclose(_grad_norm(model, 1.0), want, rel_tol=1e-6)  # the norm before clipping...
+    assert math.isclose(_grad_norm(model, 0.0), 1.0, rel_tol=1e-5)  # ...and the gradients clipped to 1
+    list(model.parameters())[-1].grad[0] = float("nan")
+    assert math.isnan(_grad_norm(model, 0.0))
+    for p in model.parameters():
+        p.grad = None
+    assert _grad_norm(model, 0.0) == 0.0
+
+
 def test_resume_continues_step_count_and_curve(tmp_path):
     enc, valid = _reverse_task(64, 1), list(token_batches(_reverse_task(8, 2), 256, shuffle=False))
     opt = OptimConfig(lr=3e-3, label_smoothing=0.1, clip_norm=1.0)
