@@ -281,6 +281,25 @@ def test_bleu_signature_stats_and_paired_bootstrap():
     assert rep["copy_full"]["score"] == pytest.approx(100.0) and rep["clean"]["n"] == 100
 
 
+def test_bleu_of_many_resamples_is_sacrebleus_bit_for_bit():
+    """bleu_from_stats on a (samples, 10) array (the vectorised path) gives sacrebleu's score of each row exactly:
+    resampled real statistics, and the edge rows (no match, an order without n-grams, a zero-length system, exp
+    smoothing of missing orders, brevity penalty on and off)."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(30)]
+    refs = [" ".join(rng.choice(words, int(rng.integers(1, 12)))) for _ in range(120)]
+    hyps = [" ".join(rng.choice(words, int(rng.integers(1, 12)))) for _ in range(120)]
+    rows = bleu.bootstrap_counts(120, 500, 7) @ bleu.sentence_stats(hyps, refs)
+    edge = np.array([[0, 5, 0, 0, 0, 0, 0, 0, 0, 0], [3, 5, 1, 0, 0, 0, 3, 2, 1, 0], [10, 8, 5, 0, 2, 0, 10, 9, 8, 7],
+                     [2, 9, 2, 1, 0, 0, 2, 1, 0, 0], [12, 12, 12, 11, 10, 9, 12, 11, 10, 9],
+                     [7, 3, 4, 2, 1, 0, 7, 6, 5, 4], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]])
+    for stats in (rows, edge):
+        want = [bleu.bleu_metric()._compute_score_from_stats([int(x) for x in row]).score for row in stats]
+        got = bleu.bleu_from_stats(stats)
+        assert got.dtype == np.float64 and got.tolist() == want
+    assert len(set(bleu.bleu_from_stats(rows).tolist())) > 100  # the resamples differ, so equality means something
+
+
 def test_artefact_from_config_resumes_and_loads(tmp_path):
     """The issue-7 path: tiny config -> tokenizer -> interrupted training -> resume -> load_trained -> translate."""
     from repro import config
