@@ -155,6 +155,40 @@ def test_physical_removal_equals_masking():
     assert (full - ref).abs().max() > 1e-3  # masking changed something, so the comparison above means something
 
 
+def test_encoder_cache_reuses_only_an_unchanged_encoder():
+    """Decoding through EncoderCache gives the hypotheses of decoding without it; the encoder output is reused
+    while only decoder heads are gated, computed again after an encoder gate or weight changes, and never taken
+    from the cache with a gate module installed."""
+    from repro.claims._heads import EncoderCache
+    from repro.train.decode import DecodeConfig, decode_ids, length_batches
+
+    model = _small_model()
+    g = torch.Generator().manual_seed(2)
+    src_ids = [torch.randint(4, 50, (n,), generator=g).tolist() + [2] for n in (3, 5, 8, 4, 6, 9)]
+    cfg = DecodeConfig(max_tokens=24)
+    n = len(list(length_batches(src_ids, cfg.max_tokens, 32, 2)))
+    assert n > 1
+    cache = EncoderCache(model)
+
+    def decode(pruned):
+        set_pruned(model, pruned)
+        plain, _ = decode_ids(model, src_ids, 1, 2, 0, cfg)
+        cached, _ = decode_ids(model, src_ids, 1, 2, 0, cfg, encode=cache)
+        assert cached == plain
+        return cache.hits, cache.misses
+
+    assert decode([]) == (0, n)
+    assert decode([Head("decoder_self", 0, 1)]) == (n, n)
+    assert decode([Head("cross", 1, 2)]) == (2 * n, n)
+    assert decode([Head("encoder_self", 1, 0)]) == (2 * n, 2 * n)
+    assert decode([Head("cross", 0, 0)]) == (2 * n, 3 * n)
+    with torch.no_grad():
+        model.encoder.layers.layers[0].ffn.fc1.weight.mul_(1.5)
+    assert decode([]) == (2 * n, 4 * n)
+    model.encoder.layers.layers[0].self_attn.gate_module = HardConcreteGates(4, 2.0, 2 / 3, (-0.1, 1.1)).eval()
+    assert decode([]) == (2 * n, 4 * n)
+
+
 def test_hard_concrete_gates():
     torch.manual_seed(0)
     g = HardConcreteGates(3, 0.0, 2 / 3, (-0.1, 1.1))
@@ -171,6 +205,16 @@ def test_hard_concrete_gates():
     torch.testing.assert_close(det, expect)
     with pytest.raises(ValueError, match="stretch"):
         HardConcreteGates(2, 0.0, 0.5, (0.0, 1.1))
+
+
+def test_decode_keys_override_the_recorded_eval_section():
+    """head_pruning.decode sets single keys over the checkpoint's eval section (the default: max_tokens only)."""
+    recorded = {"decoder": "beam", "beam": 5, "max_len_a": 1.2, "max_tokens": 8000, "bootstrap_samples": 1000}
+    assert hp.decode_section({"max_tokens": 2000}, recorded) == {**recorded, "max_tokens": 2000}
+    assert hp.decode_section(None, recorded) == recorded
+    assert hp.decode_section({"decoder": "greedy"}, None) == {"decoder": "greedy"}
+    assert hp.decode_section(None, None) == {}
+    assert section("head_pruning", "default")["decode"] == {"max_tokens": 2000}
 
 
 def test_pruning_levels():

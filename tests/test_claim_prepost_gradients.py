@@ -69,6 +69,30 @@ def test_rmsnorm_equals_scalenorm_at_init(tmp_path):
     assert not all(math.isclose(a[k], c[k], rel_tol=1e-3) for k in a)
 
 
+def test_only_the_final_w2_gradient_is_the_same_number(tmp_path):
+    """The depth sweep asks for the final decoder W2 alone (backpropagation stops there): bit for bit the norm the
+    full backward gives, for both positions; the cache serves a full run's norms and never a partial one as full."""
+    params = config.section(CLAIM, "tiny")
+    batches, vocab, pad = pg.real_batches(params["data"], tmp_path)
+    cpu = torch.device("cpu")
+    w2 = "decoder.3.ffn.fc2"
+    for position in ("post", "pre"):
+        full = pg.weight_grad_norms(pg.build_model(params, "layernorm", position, 3, vocab, pad, 5), batches, 0.1,
+                                    pad, cpu)
+        model = pg.build_model(params, "layernorm", position, 3, vocab, pad, 5)
+        one = pg.weight_grad_norms(model, batches, 0.1, pad, cpu, only={w2})
+        assert one == {w2: full[w2]}
+        assert model.decoder.layers.layers[0].ffn.fc2.weight.grad is None  # nothing below it was computed
+    with pytest.raises(KeyError, match="decoder.9.ffn.fc2"):
+        pg.weight_grad_norms(model, batches, 0.1, pad, cpu, only={"decoder.9.ffn.fc2"})
+    cache: dict = {}
+    part = pg.model_grads(params, "layernorm", "pre", 3, 5, batches, vocab, pad, cpu, cache, {w2})
+    assert part == {w2: full[w2]}
+    assert pg.model_grads(params, "layernorm", "pre", 3, 5, batches, vocab, pad, cpu, cache) == full
+    cache[("layernorm", "pre", 3, 5)][0][w2] = -1.0  # a full entry is reused for any key, not recomputed
+    assert pg.model_grads(params, "layernorm", "pre", 3, 5, batches, vocab, pad, cpu, cache, {w2})[w2] == -1.0
+
+
 def test_lemma2_postln_is_three_halves():
     params = config.section(CLAIM, "tiny")
     params["lemma2"] = {"d_model": 64, "n_tokens": 16, "batch": 4, "layers": 2, "samples": 48}

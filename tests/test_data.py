@@ -411,7 +411,8 @@ def test_token_batches(tiny_tok):
         B, S = b.src.shape
         T = b.tgt_in.shape[1]
         assert B * max(S, T) <= max_tokens and b.num_tokens <= max_tokens
-        assert b.src.dtype == torch.long and b.tgt_out.shape == b.tgt_in.shape
+        assert b.src.dtype == b.tgt_in.dtype == b.tgt_out.dtype == b.index.dtype == torch.long
+        assert b.src_pad_mask.dtype == b.tgt_pad_mask.dtype == torch.bool and b.tgt_out.shape == b.tgt_in.shape
         assert torch.equal(b.src_pad_mask, b.src == tok.pad_id)
         assert torch.equal(b.tgt_pad_mask, b.tgt_out == tok.pad_id)
         assert (b.tgt_in[:, 0] == tok.bos_id).all()

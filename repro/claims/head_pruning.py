@@ -75,7 +75,7 @@ class Setup:
         if corpus_cfg.get("format") == "data_bin" and not corpus_cfg.get("path"):
             raise ClaimParamError("head_pruning.corpus.path: a data_bin corpus needs its directory")
         self.corpus = load_data({"corpus": corpus_cfg})
-        ev = params.get("decode") or t.params.get("eval")
+        ev = decode_section(params.get("decode"), t.params.get("eval"))
         if not ev:
             raise ClaimParamError(f"head_pruning.decode: not set and the checkpoint {ckpt} records no eval section")
         self.dcfg = DecodeConfig.from_params(ev)
@@ -112,6 +112,13 @@ class Setup:
             if max_batches and len(out) >= max_batches:
                 break
         return out
+
+
+def decode_section(decode: dict | None, recorded: dict | None) -> dict:
+    """The decoding settings: the eval section recorded in the model's checkpoint, with the keys of
+    ``head_pruning.decode`` over it (the default sets only max_tokens: its 250 short sentences in one batch of
+    8,000 tokens were two-thirds padding in the encoder)."""
+    return {**(recorded or {}), **(decode or {})}
 
 
 def _subset(enc, idx):

@@ -134,27 +134,27 @@ def batch_indices(encoded: EncodedCorpus, max_tokens: int, shuffle: bool = True,
 
 
 def collate(encoded: EncodedCorpus, positions) -> Batch:
-    """Pad the pairs at ``positions`` into one :class:`Batch`."""
+    """Pad the pairs at ``positions`` into one :class:`Batch`. Filled in numpy, then wrapped: one torch slice
+    assignment per sentence cost ~8x more (0.95 vs 0.12 ms for a 1024-token batch, ~1.4% of a small model's
+    update), for the same tensors (tests/test_data.py)."""
     positions = np.asarray(positions, dtype=np.int64)
     B = len(positions)
-    S = max(len(encoded.src[i]) for i in positions)
-    T = max(len(encoded.tgt[i]) + 1 for i in positions)
-    pad = encoded.pad_id
-    src = torch.full((B, S), pad, dtype=torch.long)
-    tgt_in = torch.full((B, T), pad, dtype=torch.long)
-    tgt_out = torch.full((B, T), pad, dtype=torch.long)
-    for b, i in enumerate(positions.tolist()):
-        s, y = encoded.src[i], encoded.tgt[i]
-        src[b, : len(s)] = torch.from_numpy(s)
-        tgt_in[b, 0] = encoded.bos_id
-        tgt_in[b, 1: len(y) + 1] = torch.from_numpy(y)
-        tgt_out[b, : len(y)] = torch.from_numpy(y)
-        tgt_out[b, len(y)] = encoded.eos_id
-    src_lens = torch.tensor([len(encoded.src[i]) for i in positions])
-    tgt_lens = torch.tensor([len(encoded.tgt[i]) + 1 for i in positions])
-    src_pad_mask = torch.arange(S)[None, :] >= src_lens[:, None]
-    tgt_pad_mask = torch.arange(T)[None, :] >= tgt_lens[:, None]
-    return Batch(src, tgt_in, tgt_out, src_pad_mask, tgt_pad_mask, torch.from_numpy(encoded.index[positions]))
+    srcs = [encoded.src[i] for i in positions.tolist()]
+    tgts = [encoded.tgt[i] for i in positions.tolist()]
+    src_l = np.fromiter((len(s) for s in srcs), np.int64, B)
+    tgt_l = np.fromiter((len(y) for y in tgts), np.int64, B)
+    S, T = int(src_l.max()), int(tgt_l.max()) + 1
+    src, tgt_in, tgt_out = (np.full((B, n), encoded.pad_id, dtype=np.int64) for n in (S, T, T))
+    for b, (s, y) in enumerate(zip(srcs, tgts)):
+        src[b, : len(s)] = s
+        tgt_in[b, 1: len(y) + 1] = y
+        tgt_out[b, : len(y)] = y
+    tgt_in[:, 0] = encoded.bos_id
+    tgt_out[np.arange(B), tgt_l] = encoded.eos_id
+    src_pad_mask = torch.arange(S)[None, :] >= torch.from_numpy(src_l)[:, None]
+    tgt_pad_mask = torch.arange(T)[None, :] >= torch.from_numpy(tgt_l + 1)[:, None]
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), src_pad_mask,
+                 tgt_pad_mask, torch.from_numpy(encoded.index[positions]))
 
 
 def token_batches(encoded: EncodedCorpus, max_tokens: int, shuffle: bool = True, seed: int = 0,

@@ -7,6 +7,7 @@ Head pruning (Michel et al. 2019, Table 1-2) asks whether ablating one head chan
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -56,7 +57,39 @@ def bleu_from_stats(stats: np.ndarray) -> float:
     stats = np.asarray(stats)
     if stats.ndim == 1:
         return float(_BLEU._compute_score_from_stats([int(x) for x in stats]).score)
+    order = _BLEU.max_ngram_order
+    if _BLEU.smooth_method == "exp" and not _BLEU.effective_order and stats.shape[1:] == (2 + 2 * order,):
+        return _exp_smoothed_bleu_rows(stats, order)
     return np.array([_BLEU._compute_score_from_stats([int(x) for x in row]).score for row in stats])
+
+
+def _exp_smoothed_bleu_rows(stats: np.ndarray, order: int) -> np.ndarray:
+    """sacrebleu's ``BLEU.compute_bleu`` (exp smoothing, no effective order) for every row of ``stats`` at once:
+    the same operations in the same order (``math.log`` and ``math.exp`` per value, the log-precisions summed left
+    to right), so the same bits (tests/test_train.py), ~7x faster than one sacrebleu call per row (0.018 vs 0.136 s
+    for a paired bootstrap's 20,000 resamples)."""
+    stats = np.asarray(stats, dtype=np.int64)
+    sys_len, ref_len = stats[:, 0], stats[:, 1]
+    correct, total = stats[:, 2: 2 + order], stats[:, 2 + order:]
+    bp = [1.0 if s >= r else math.exp(1 - r / s) if s > 0 else 0.0 for s, r in zip(sys_len.tolist(), ref_len.tolist())]
+    prec = np.zeros(correct.shape)
+    smooth = np.ones(len(stats))
+    counted = np.ones(len(stats), dtype=bool)  # sacrebleu stops at the first order with no n-grams
+    for n in range(order):
+        counted &= total[:, n] != 0
+        zero = counted & (correct[:, n] == 0)
+        smooth = np.where(zero, smooth * 2, smooth)
+        safe = np.where(counted, total[:, n], 1)
+        prec[:, n] = np.where(counted, np.where(zero, 100. / (smooth * safe), 100. * correct[:, n] / safe), 0.0)
+    scores = []
+    for b, row in zip(bp, prec.tolist()):
+        acc = 0
+        for p in row:
+            acc += math.log(p) if p != 0.0 else -9999999999
+        scores.append(b * math.exp(acc / order))
+    out = np.array(scores, dtype=np.float64)
+    out[~correct.any(1)] = 0.0
+    return out
 
 
 def subset_bleu(hyps: list[str], refs: list[str], mask: list[bool]) -> BleuScore:

@@ -64,10 +64,11 @@ def _ban(scores: torch.Tensor, ids: list[int]) -> None:
 
 @torch.inference_mode()
 def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
-                  max_len_b: int = 10, vocab_limit: int | None = None) -> list[list[int]]:
+                  max_len_b: int = 10, vocab_limit: int | None = None, encode=None) -> list[list[int]]:
     """Token ids (without bos/eos) of the greedy translation of each row of ``src`` (B, S).
 
     ``vocab_limit``: ids at or above it are never produced (an imported model with a smaller target vocabulary).
+    ``encode(src, src_pad_mask)``: the encoder output in place of ``model.encode`` (a caller's cache of it).
     Finished rows are dropped from the batch (memory, masks and cache compacted) once a quarter of the active
     rows has finished, so a batch costs what its unfinished sentences cost."""
     B = src.shape[0]
@@ -75,7 +76,7 @@ def greedy_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: in
     caps = _length_caps(src_pad_mask, max_len_a, max_len_b, model.cfg.max_seq_len)
     T = int(caps.max()) + 1  # steps 0..max_len, the last one eos
     banned = _banned(bos_id, pad_id, eos_id)
-    memory = model.encode(src, src_pad_mask)
+    memory = (encode or model.encode)(src, src_pad_mask)
     mask = src_pad_mask
     cache = model.decoder.new_cache()
     tok = torch.full((B, 1), bos_id, dtype=torch.long, device=dev)
@@ -224,10 +225,11 @@ class _Beams:
 @torch.inference_mode()
 def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
                 len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
-                vocab_limit: int | None = None) -> list[list[tuple[float, list[int], list[float]]]]:
+                vocab_limit: int | None = None, encode=None) -> list[list[tuple[float, list[int], list[float]]]]:
     """fairseq's beam search: per row of ``src``, the finalised hypotheses best first, each
     ``(score, tokens, positional_scores)`` with ``score = sum log p / len ** len_penalty`` (len counts the eos),
-    ``tokens`` without the start token but with the final eos, and the per-token log-probabilities."""
+    ``tokens`` without the start token but with the final eos, and the per-token log-probabilities. ``encode``: as
+    :func:`greedy_decode`'s."""
     B, K = src.shape[0], beam
     dev = src.device
     caps = _length_caps(src_pad_mask, max_len_a, max_len_b, model.cfg.max_seq_len)  # (B,)
@@ -235,7 +237,7 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
     banned = _banned(bos_id, pad_id, eos_id)
     # one encoder output per sentence, not per beam: the K beams of a sentence (consecutive rows) share it in
     # cross-attention (MultiHeadAttention folds them into the query length), so it is never repeated or reordered
-    memory, mask = model.encode(src, src_pad_mask), src_pad_mask
+    memory, mask = (encode or model.encode)(src, src_pad_mask), src_pad_mask
     cache = model.decoder.new_cache()
     tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=dev)
     steps = torch.zeros((B * K, 0), device=dev)
@@ -261,10 +263,10 @@ def beam_search(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int,
 
 def beam_decode(model, src, src_pad_mask, bos_id: int, eos_id: int, pad_id: int, beam: int = 4,
                 len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
-                vocab_limit: int | None = None) -> list[list[int]]:
+                vocab_limit: int | None = None, encode=None) -> list[list[int]]:
     """Token ids (without bos/eos) of the best beam hypothesis per row (see :func:`beam_search`)."""
     nbest = beam_search(model, src, src_pad_mask, bos_id, eos_id, pad_id, beam, len_penalty, max_len_a, max_len_b,
-                        vocab_limit)
+                        vocab_limit, encode)
     return [f[0][1][:-1] for f in nbest]  # every sentence finalises at least one hypothesis by its cap
 
 
@@ -295,9 +297,10 @@ def length_batches(src_ids: list[list[int]], max_tokens: int, max_src: int, eos_
 
 @torch.no_grad()
 def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id: int, cfg: DecodeConfig,
-               device="cpu", vocab_limit: int | None = None) -> tuple[list[list[int]], dict]:
+               device="cpu", vocab_limit: int | None = None, encode=None) -> tuple[list[list[int]], dict]:
     """Decode source id lists (each ending with eos) in length-sorted batches; returns hypotheses in input order
-    and stats (sentences, generated tokens, seconds, tokens/s)."""
+    and stats (sentences, generated tokens, seconds, tokens/s). ``encode(src, src_pad_mask)``: the encoder output
+    in place of ``model.encode`` (a caller's cache: repro.claims._heads.EncoderCache)."""
     was = model.training
     model.eval()
     hyps: list[list[int] | None] = [None] * len(src_ids)
@@ -305,10 +308,11 @@ def decode_ids(model, src_ids: list[list[int]], bos_id: int, eos_id: int, pad_id
     for idx, batch in length_batches(src_ids, cfg.max_tokens, model.cfg.max_seq_len, eos_id):
         src, mask = _src_tensor(batch, pad_id, device)
         if cfg.decoder == "greedy":
-            out = greedy_decode(model, src, mask, bos_id, eos_id, pad_id, cfg.max_len_a, cfg.max_len_b, vocab_limit)
+            out = greedy_decode(model, src, mask, bos_id, eos_id, pad_id, cfg.max_len_a, cfg.max_len_b, vocab_limit,
+                                encode)
         elif cfg.decoder == "beam":
             out = beam_decode(model, src, mask, bos_id, eos_id, pad_id, cfg.beam, cfg.len_penalty, cfg.max_len_a,
-                              cfg.max_len_b, vocab_limit)
+                              cfg.max_len_b, vocab_limit, encode)
         else:
             raise ValueError(f"eval.decoder: {cfg.decoder!r} is not greedy or beam")
         for k, h in zip(idx, out):
