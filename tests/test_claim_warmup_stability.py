@@ -61,26 +61,35 @@ def test_tiny_plots(tiny_run, tmp_path):
 
 
 def test_default_plan_is_c3s_grid_on_confirmation_seeds():
-    """The default trains C3's grid at the headline lr (Post-LN and Pre-LN, each with and without warm-up) and
-    Post-LN with and without warm-up at the lower lr, on confirmation seeds only (>= 1000; the pilots' 1-5 are
-    spent): Post-LN without warm-up at the headline lr with the extra seeds, the lower lr with secondary_seeds;
-    no depth sweep (its one decision was the 'Pre-LN beats Post-LN' check's)."""
+    """The default trains C3's grid at the headline lr (Post-LN and Pre-LN, each with and without warm-up) on
+    confirmation seeds only (>= 1000; the pilots' 1-5 are spent): Post-LN without warm-up with the extra seeds; no
+    lower lr (the reported-only secondary runs at the paper scale: the budget); no depth sweep (its one decision was
+    the 'Pre-LN beats Post-LN' check's). With a lower lr given, Post-LN trains it with and without warm-up on
+    secondary_seeds."""
     p = copy.deepcopy(config.section("warmup_stability", "default"))
     plan = ws.plan_runs(p)
     keys = [(r["norm"], r["position"], r["fixnorm"], r["layers"], r["lr"], r["warmup"], r["seed"]) for r in plan]
     assert len(keys) == len(set(keys)) == len({r["name"] for r in plan})
     assert min(r["seed"] for r in plan) >= 1000
-    L, hi, lo = p["model"]["n_encoder_layers"], max(p["lrs"]), min(p["lrs"])
-    assert lo < hi and {r["layers"] for r in plan} == {L}
-    seeds = {}
-    for r in plan:
-        seeds.setdefault((r["position"], bool(r["warmup"]), r["lr"]), set()).add(r["seed"])
-    main, extra, second = set(p["seeds"]), set(p["post_no_warmup_extra_seeds"]), set(p["secondary_seeds"])
-    assert seeds == {("post", False, hi): main | extra, ("post", True, hi): main, ("pre", False, hi): main,
-                     ("pre", True, hi): main, ("post", False, lo): second, ("post", True, lo): second}
-    # the headline's configurations first (a run cut short still has the headline)
-    assert all(r["lr"] == hi for r in plan[: len(main | extra) + 2 * len(main)])
+    L, hi = p["model"]["n_encoder_layers"], max(p["lrs"])
+    assert p["lrs"] == [hi] and {r["layers"] for r in plan} == {L}
+
+    def by_setting(plan):
+        seeds = {}
+        for r in plan:
+            seeds.setdefault((r["position"], bool(r["warmup"]), r["lr"]), set()).add(r["seed"])
+        return seeds
+
+    main, extra = set(p["seeds"]), set(p["post_no_warmup_extra_seeds"])
+    grid = {("post", False, hi): main | extra, ("post", True, hi): main, ("pre", False, hi): main,
+            ("pre", True, hi): main}
+    assert by_setting(plan) == grid
     assert not [r for r in plan if "depth" in r["groups"]]  # no sweep: no run labelled for the depth figure
+    lo, second = 0.001, {1000, 1001}
+    plan2 = ws.plan_runs({**p, "lrs": [hi, lo], "secondary_seeds": sorted(second)})
+    assert by_setting(plan2) == {**grid, ("post", False, lo): second, ("post", True, lo): second}
+    # the headline's configurations first (a run cut short still has the headline)
+    assert all(r["lr"] == hi for r in plan2[: len(main | extra) + 2 * len(main)])
 
 
 def test_plan_dedupes_depth_runs():
