@@ -75,10 +75,13 @@ def _paired(rows, delta):
 
 def paper_false(rows):
     """The least influential layers shallow, and the similarity rules' selections ruinous: BLEU 0 and perplexity
-    x 100 (NLL + ln 100) where the rules prune, the random draws as measured."""
+    x 100 (NLL + ln 100, every stack: the rules are compared with random on NLL where the measurement says so) where
+    the rules prune, the random draws as measured."""
     rows = _reverse_depth(_learned(rows))
     rows = edit(rows, "bleu", lambda r: 0.0, sweep_rule=("bi", "angular"), sweep_healed=False)
     rows = edit(rows, "valid_ppl", lambda r: r["value"] * 100.0, sweep_rule=("bi", "angular"), sweep_healed=False)
+    rows = edit(rows, "valid_nll", lambda r: r["value"] + math.log(100.0), sweep_rule=("bi", "angular"),
+                sweep_healed=False)
     return _paired(rows, lambda r, draw: (r["value"] + math.log(100.0) if r.get("sweep.quality") == "valid_nll"
                                           else 0.0 - (draw if draw is not None else 0.0)))
 
@@ -99,7 +102,7 @@ def ties(rows):
     rq = _random_quality(rows)
     centre = {k: _median([v for *_, v in xs]) for k, xs in rq.items()}
     tied = flat
-    for metric in ("bleu", "valid_ppl"):
+    for metric in ("bleu", "valid_ppl", "valid_nll"):
         tied = edit(tied, metric, lambda r, metric=metric: centre.get(
             (metric, r["sweep.stack"], r["sweep.n_removed"]), r["value"]),
                     sweep_rule=("bi", "angular"), sweep_healed=False)
