@@ -163,9 +163,13 @@ def _quality_fig(metrics: pd.DataFrame, stacks: list[str], out_dir) -> tuple[str
         _quality_panel(ax, d, s, rules, pal, band)
     legend_outside(axes[0][-1])
     save(fig, out_dir, "quality_vs_removed.png")
+    no_random = [s for s in stacks if s != "lm" and (q["stack"] == s).any()
+                 and not ((q["stack"] == s) & (q["rule"] == "random")).any()]
     return ("quality_vs_removed.png", "Quality vs % of layers removed per selection rule (random: mean over "
             "its selections, every distinct one where a stack has few, else seeded draws; lines overlap where rules remove the same layers); stars: after the short healing fine-tune. Black: Gromov's collapse points"
-            + _gromov_text() + ".")
+            + _gromov_text() + "."
+            + (f" No random line for the {' and '.join(no_random)}: their random selections are compared with the "
+               "rules on validation NLL (random_quality) and were not decoded for BLEU." if no_random else ""))
 
 
 def _healing_fig(metrics: pd.DataFrame, stacks: list[str], out_dir) -> tuple[str, str] | None:
