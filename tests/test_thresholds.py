@@ -77,6 +77,9 @@ def _candidates(value, sub: dict) -> list:
         w = (b - a) or 1.0
         return [[a - 100 * w, a - 99 * w], [b + 99 * w, b + 100 * w], [a - 100 * w, b + 100 * w],
                 [(a + b) / 2, (a + b) / 2 + 1e-9 * w]]
+    enum = (sub.get("items") or {}).get("enum")
+    if isinstance(value, list) and enum:  # a set of choices (e.g. headline bit widths): each one alone, and all
+        return [c for c in [[x] for x in enum] + [list(enum)] if c != value]
     return []
 
 

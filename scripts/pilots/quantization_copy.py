@@ -14,6 +14,8 @@ committed in docs/pilots/quantization_copy.md.
 
 COPY_OVERRIDES: JSON merged into the default section's ``outlier_copy`` (e.g. '{"group_sizes": [64],
 "sentences": 1000}'); the copy's methods are fp32 and RTN and GPTQ (repro.claims.quantization.copy_methods).
+COPY_OVERRIDES ``plain``: the plain LM instead, on every scored sentence, at the default section's RTN and GPTQ bits
+and group settings (the design that replaced the copy's comparison: docs/pilots/quantization_plain.md).
 
 Seeds must be below 1000 (repro.plan.CONFIRMATION_MIN): confirmation seeds are never looked at here.
 """
@@ -39,13 +41,16 @@ def main(argv: list[str]) -> int:
     lm, out, seeds = Path(argv[0]), Path(argv[1]), [int(s) for s in argv[3:]]
     if not seeds or max(seeds) >= plan.CONFIRMATION_MIN:
         raise SystemExit(f"exploration seeds only (< {plan.CONFIRMATION_MIN}): {seeds}")
+    plain = argv[2] == "plain"
     params = config.section("quantization", "default",
                             {"quantization": {"lm_model": str(lm), "calibration": {"seeds": seeds}, "outlier_copy": {
-                                **json.loads(argv[2]), "methods": ["rtn", "gptq"]}}})
+                                **({} if plain else json.loads(argv[2])), "methods": ["rtn", "gptq"]}}})
     t0 = time.perf_counter()
     t = artefacts.load_trained_model(lm, device="cpu")
     t.model.eval()
     data = C.load_data(t, "lm", params)
+    if plain:
+        return _plain(t, params, data, out, seeds, t0)
     oc = params["outlier_copy"]
     twin, dims = Q.with_outliers(t.model, int(oc["dims"]), float(oc["scale"]))
     sub = dict(data, valid=C._first_sentences(data, int(oc["sentences"])))
@@ -70,6 +75,29 @@ def main(argv: list[str]) -> int:
         rec["settings"][f"{meth} vs fp32"] = _summary(J._diff(R, m, meth, "fp32"), J)
     out.write_text(json.dumps(rec, indent=1, default=float) + "\n")
     print(json.dumps({k: rec[k] for k in ("pooled", "settings", "wall_seconds")}, indent=1, default=float))
+    return 0
+
+
+def _plain(t, params: dict, data: dict, out: Path, seeds: list[int], t0: float) -> int:
+    """The plain LM's fp32, RTN and GPTQ on every scored sentence: the judge's pooled interval per bit width."""
+    from repro.claims import quantization as C  # as in main: after the thread count is fixed
+    from repro.judges import quantization as J
+    from repro.rows import Rows
+
+    grid = [g for g in C.methods(params) if g["family"] in ("fp32", "rtn", "gptq")]
+    rows, _ = C.run_model(t.model, "lm", params, "cpu", data,
+                          lambda m: C.evaluate(t, m, "lm", data, params, "cpu"), grid=grid)
+    R = Rows(rows)
+    rec = {"lm": params["lm_model"], "model": "lm (plain)",
+           "calibration_seeds": seeds, "group_sizes": params["gptq"]["group_sizes"],
+           "wall_seconds": time.perf_counter() - t0, "torch_threads": 1, "ppl": {}, "pooled": {}}
+    for r in R.metric("valid_ppl"):
+        rec["ppl"].setdefault(r["sweep"]["method"], []).append(r["value"])
+    for bits in sorted({g["bits"] for g in grid if g["family"] == "gptq"}):
+        iv, settings = J._pooled(R, "lm", bits)
+        rec["pooled"][f"{bits}-bit"] = _summary(iv, J, settings=settings)
+    out.write_text(json.dumps(rec, indent=1, default=float) + "\n")
+    print(json.dumps({k: rec[k] for k in ("pooled", "wall_seconds")}, indent=1, default=float))
     return 0
 
 
