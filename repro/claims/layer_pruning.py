@@ -520,9 +520,9 @@ def _unhealed_table(t, evaluator: Evaluator, stack: str, params: dict, L: int, b
                     q = {k: v for k, v in q.items() if k != "bleu"}
                 table.append({"stack": stack, "rule": rule, "n_removed": n, "fraction": n / L, "healed": False,
                               "seed": seed, "layers": layers, **q, **({"sample": sample} if sample else {})})
-                log.info("%s %s%s: remove %d/%d %s -> %s %.3f (nll %.3f)", stack, rule,
-                         "" if seed is None else f" seed {seed}", n, L, layers, qname, q.get(qname, math.nan),
-                         q["valid_nll"])
+                shown = f"{qname} {q[qname]:.3f} " if qname in q else ""  # undecoded selections: the NLL only
+                log.info("%s %s%s: remove %d/%d %s -> %s(nll %.3f)", stack, rule,
+                         "" if seed is None else f" seed {seed}", n, L, layers, shown, q["valid_nll"])
     return table
 
 
