@@ -24,12 +24,15 @@ batches it had already used); ``valid_batches``: a list of Batch (or None).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import ctypes
 import io
 import json
 import logging
 import math
 import os
+import platform
 import random
 import sys
 import time
@@ -656,12 +659,38 @@ def train(model, train_batches_fn: Callable[[int], Iterable], valid_batches: lis
         finished = t.restore(st)
         if finished is not None:
             return finished
-    t.start()
-    while t.stop_reason is None:
-        interrupted = t.epoch_pass(train_batches_fn, extra_loss, stop_after_steps)
-        if interrupted is not None:
-            return interrupted
-    return t.finish()
+    with heap_allocations():
+        t.start()
+        while t.stop_reason is None:
+            interrupted = t.epoch_pass(train_batches_fn, extra_loss, stop_after_steps)
+            if interrupted is not None:
+                return interrupted
+        return t.finish()
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+
+
+@contextlib.contextmanager
+def heap_allocations():
+    """Within: glibc serves every allocation from its heap and keeps freed memory there (mallopt M_MMAP_MAX 0, a
+    2 GiB M_TRIM_THRESHOLD); after: its defaults again, the free memory returned (malloc_trim). glibc maps each block
+    over 32 MiB afresh, so every update's (tokens x vocabulary) logits, log-probabilities and their gradient (54 MB
+    each for the translation model) paid ~18 ms of page faults per tensor: the translation model's update took 1670
+    instead of 1525 ms (same batches, AMD EPYC, one thread). The computation is the same; the peak memory is too (the
+    same tensors live at once). Other C libraries: nothing changes."""
+    libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
+    if libc is None:
+        yield
+        return
+    libc.mallopt(_M_MMAP_MAX, 0)
+    libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1)
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_MMAP_MAX, 65536)  # glibc's defaults
+        libc.mallopt(_M_TRIM_THRESHOLD, 128 * 1024)
+        libc.malloc_trim(0)
 
 
 def _result(stop_reason, step, epoch, elapsed, n_tokens, curve, valid_curve, resumed_from, diverged_step,
