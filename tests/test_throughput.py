@@ -64,6 +64,25 @@ def test_one_pass_loss_equals_cross_entropy(eps):
     torch.testing.assert_close(nll, F.cross_entropy(logits, target, ignore_index=PAD, reduction="sum"))
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_one_pass_loss_gradient_equals_autograds(eps):
+    """The written-out gradient of the one-pass loss is autograd's of F.cross_entropy (pad rows get none), to float
+    rounding, also scaled by an upstream gradient (the per-token mean of the training loss)."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(40, 50, generator=g) * 3
+    target = torch.randint(0, 50, (40,), generator=g)
+    target[::5] = PAD
+    ours = logits.clone().requires_grad_()
+    loss, nll = smoothed_cross_entropy(ours, target, eps, PAD)
+    (loss / 7.0).backward()
+    ref = logits.clone().requires_grad_()
+    (F.cross_entropy(ref, target, ignore_index=PAD, label_smoothing=eps, reduction="sum") / 7.0).backward()
+    torch.testing.assert_close(ours.grad, ref.grad, atol=1e-7, rtol=1e-5)
+    assert not ours.grad[::5].any() and not nll.requires_grad
+    with torch.no_grad():  # evaluation: the same values without a graph
+        assert torch.equal(smoothed_cross_entropy(logits, target, eps, PAD)[0], loss.detach())
+
+
 def test_loop_losses_equal_the_plain_loop():
     """train() (one-pass loss, fused Adam) gives the per-step losses of the loop it replaced: two
     F.cross_entropy calls and the per-parameter Adam, same seed, batches, schedule and clipping."""
