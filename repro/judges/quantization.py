@@ -391,12 +391,6 @@ def _gptq_rtn_check(m, items: list[tuple[str, dict, str]], name: str, headline: 
                   gates)]
 
 
-def _headline_bits(T: dict) -> set[int]:
-    """The bit widths of the headline 'GPTQ beats RTN' (``gptq_rtn_headline_bits``; judges of rows older than the
-    key read the paper's 3 and 4)."""
-    return {int(b) for b in T.get("gptq_rtn_headline_bits", _pub("gptq_bits"))}
-
-
 def _gptq_below_rtn(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> list[dict]:
     """2. The headline: GPTQ's perplexity below RTN's at each bit width of ``gptq_rtn_headline_bits`` (GPTQ Tables
     3-5 compare GPTQ and RTN at 3 and 4 bits), pooled over the group settings (:func:`_pooled`: per calibration seed
@@ -404,7 +398,7 @@ def _gptq_below_rtn(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> lis
     interval below 0; the other measured bit widths: the same test as a counted secondary check. Pooling was chosen
     on exploration data (the committed references): single settings differ between machines' models (4-bit per
     channel -0.02% on one, -0.37% on another) while the bit width's mean holds on each."""
-    heads, by_head = _headline_bits(T), {True: [], False: []}
+    heads, by_head = {int(b) for b in T["gptq_rtn_headline_bits"]}, {True: [], False: []}
     for bits in sorted({r["sweep"].get("bits") for r in R.metric("valid_ppl").where(model=m, family="gptq")}
                        - {None}, reverse=True):
         got = _pooled(R, m, int(bits))
@@ -420,8 +414,7 @@ def _gptq_below_rtn(R: Rows, m, params: dict, T: dict, gates: list[dict]) -> lis
             out += _gptq_rtn_check(m, [it for _, it in by_head[head]],
                                    f"GPTQ's perplexity is below RTN's at {_bits_words(bits)}", head,
                                    "per bit width (pooled over group settings)", gates, _reported_only(R, m),
-                                   uses(T, "gptq_rtn_headline_bits") if "gptq_rtn_headline_bits" in T else None,
-                                   "< 0 at every bit width")
+                                   uses(T, "gptq_rtn_headline_bits"), "< 0 at every bit width")
     return out
 
 
